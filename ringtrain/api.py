@@ -1,0 +1,421 @@
+"""The NumPy-level API with Horovod's names: init, the collectives, handles, join.
+
+Every collective is matched across ranks by name, so every rank must submit the same names
+(in any order); unnamed calls are named by a per-kind counter, which then requires the same
+order on every rank. Blocking calls synchronise with every other rank; ``*_async`` calls
+return a handle at once, and ``synchronize(handle)`` waits for it.
+"""
+
+import atexit
+import itertools
+import math
+import pickle
+
+import numpy as np
+
+from ringtrain import settings as settings_module
+from ringtrain.dtypes import check_supported, is_integer
+from ringtrain.engine import messages
+from ringtrain.engine.core import Engine
+from ringtrain.engine.handle import Handle
+from ringtrain.errors import NotInitializedError, RingtrainError
+from ringtrain.ops import Average, ReduceOp, as_reduce_op
+from ringtrain.ring.schedule import segment_bounds
+from ringtrain.topology import Topology, discover
+
+_engine: Engine | None = None
+_topology: Topology | None = None
+_counters: dict[str, itertools.count] = {}
+_atexit_registered = False
+
+
+def init(comm=None, **settings) -> None:
+    """Start ringtrain on ``comm`` (an mpi4py communicator, a list of world ranks, or None).
+
+    None means ``MPI.COMM_WORLD``. Keyword arguments override ``RINGTRAIN_*`` settings (see
+    ``ringtrain.settings.Settings``). Collective over ``comm``; a second call is a no-op.
+    """
+    global _engine, _topology, _atexit_registered
+    if _engine is not None:
+        return
+    config = settings_module.read(**settings)
+    from mpi4py import MPI
+
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        raise RingtrainError(
+            f"MPI was initialised with thread level {MPI.Query_thread()}, but ringtrain needs "
+            f"MPI_THREAD_MULTIPLE ({MPI.THREAD_MULTIPLE}); leave mpi4py.rc.thread_level at "
+            "its default 'multiple'"
+        )
+    comm = _resolve_comm(comm, MPI)
+    _topology = discover(comm)
+    _engine = Engine(comm, config)
+    _counters.clear()
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+
+
+def _resolve_comm(comm, MPI):
+    world = MPI.COMM_WORLD
+    if comm is None:
+        return world
+    if isinstance(comm, MPI.Comm):
+        return comm
+    ranks = [int(r) for r in comm]
+    bad = [r for r in ranks if not 0 <= r < world.Get_size()]
+    if bad or len(set(ranks)) != len(ranks) or not ranks:
+        raise ValueError(
+            f"init(comm=...) got ranks {ranks}; expected distinct ranks in [0, {world.Get_size()})"
+        )
+    if world.Get_rank() not in ranks:
+        raise ValueError(
+            f"this process is world rank {world.Get_rank()}, which is not in the ranks given "
+            f"to init(): {ranks}"
+        )
+    group = world.Get_group().Incl(ranks)
+    try:
+        return world.Create_group(group)
+    finally:
+        group.Free()
+
+
+def shutdown() -> None:
+    """Stop ringtrain on every rank (pending handles fail) and free its communicators."""
+    global _engine, _topology
+    if _engine is not None:
+        engine, _engine, _topology = _engine, None, None
+        engine.shutdown()
+
+
+def is_initialized() -> bool:
+    """Return True between ``init()`` and ``shutdown()``."""
+    return _engine is not None
+
+
+def _topo() -> Topology:
+    if _topology is None:
+        raise NotInitializedError("ringtrain is not initialised: call ringtrain.init() first")
+    return _topology
+
+
+def _the_engine() -> Engine:
+    if _engine is None:
+        raise NotInitializedError("ringtrain is not initialised: call ringtrain.init() first")
+    return _engine
+
+
+def size() -> int:
+    """Return the number of ranks."""
+    return _topo().size
+
+
+def rank() -> int:
+    """Return this process's rank."""
+    return _topo().rank
+
+
+def local_size() -> int:
+    """Return the number of ranks on this host."""
+    return _topo().local_size
+
+
+def local_rank() -> int:
+    """Return this process's rank among those on its host."""
+    return _topo().local_rank
+
+
+def cross_size() -> int:
+    """Return the number of hosts that have a rank with this process's local rank."""
+    return _topo().cross_size
+
+
+def cross_rank() -> int:
+    """Return the index of this process's host among those with its local rank."""
+    return _topo().cross_rank
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+
+def _is_device(array) -> bool:
+    return hasattr(array, "__cuda_array_interface__")
+
+
+def _host_array(tensor, what: str) -> np.ndarray:
+    array = np.asarray(tensor)
+    try:
+        check_supported(array.dtype)
+    except TypeError as err:
+        raise TypeError(f"{what}: {err}") from None
+    # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _input(tensor, what: str, allow_device: bool = False):
+    if _is_device(tensor):
+        if not allow_device:
+            raise TypeError(f"{what} takes host (NumPy) arrays; got a device array")
+        check_supported(tensor.dtype)
+        return tensor
+    return _host_array(tensor, what)
+
+
+def _name(kind: str, name) -> str:
+    if name is not None:
+        return str(name)
+    return f"{kind}.noname.{next(_counters.setdefault(kind, itertools.count()))}"
+
+
+def _scale(value, label, dtype) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{label} must be a number, got {value!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{label} must be finite, got {value}")
+    if value != 1.0 and is_integer(dtype):
+        raise ValueError(f"{label} must be 1.0 for integer dtype {dtype}, got {value}")
+    return value
+
+
+def _op(op, average):
+    if average is not None and op is not None:
+        raise ValueError("give op or the older average flag, not both")
+    if average is not None:
+        return ReduceOp.Average if average else ReduceOp.Sum
+    return Average if op is None else as_reduce_op(op)
+
+
+def _check_out(out, array):
+    if out is None:
+        return None
+    if _is_device(array) != _is_device(out):
+        raise TypeError("out must live where the input lives (host or device)")
+    if tuple(out.shape) != tuple(array.shape) or np.dtype(out.dtype) != np.dtype(array.dtype):
+        raise ValueError(
+            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; expected shape "
+            f"{tuple(array.shape)} and dtype {array.dtype}"
+        )
+    if not _is_device(out) and not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    return out
+
+
+# -- collectives ----------------------------------------------------------------------
+
+
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    out=None,
+    _group=None,
+) -> Handle:
+    """Start reducing ``tensor`` over all ranks (default op Average); return a handle.
+
+    float16 and bfloat16 are reduced in float32. Integer Average is a floor division of the
+    sum. ``out`` (same shape and dtype) receives the result instead of a new array.
+    """
+    engine = _the_engine()
+    array = _input(tensor, "allreduce", allow_device=True)
+    op = _op(op, average)
+    dtype = np.dtype(array.dtype)
+    if op == ReduceOp.Average and is_integer(dtype) and _is_device(array):
+        raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
+    meta = messages.Meta(
+        name=_name("allreduce", name),
+        kind=messages.ALLREDUCE,
+        dtype=str(dtype),
+        shape=tuple(int(d) for d in array.shape),
+        op=int(op),
+        prescale=_scale(prescale_factor, "prescale_factor", dtype),
+        postscale=_scale(postscale_factor, "postscale_factor", dtype),
+        group=_group,
+    )
+    return engine.submit(meta, array, _check_out(out, array)).handle
+
+
+def allreduce(
+    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, out=None
+):
+    """Reduce ``tensor`` over all ranks and return the result (see ``allreduce_async``)."""
+    return synchronize(
+        allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, out)
+    )
+
+
+def grouped_allreduce_async(
+    tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
+) -> list[Handle]:
+    """Start reducing ``tensors`` as one group, which is reduced together; return handles."""
+    _the_engine()
+    base = _name("grouped_allreduce", name)
+    names = tuple(f"{base}.{i}" for i in range(len(tensors)))
+    return [
+        allreduce_async(t, average, n, op, prescale_factor, postscale_factor, _group=names)
+        for t, n in zip(tensors, names, strict=True)
+    ]
+
+
+def grouped_allreduce(
+    tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
+) -> list:
+    """Reduce ``tensors`` as one group and return the results in order."""
+    handles = grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor)
+    return [synchronize(h) for h in handles]
+
+
+def allgather_async(tensor, name=None) -> Handle:
+    """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
+    engine = _the_engine()
+    array = _input(tensor, "allgather")
+    if array.ndim == 0:
+        raise ValueError("allgather needs an array of at least one dimension; got a 0-d array")
+    meta = messages.Meta(
+        name=_name("allgather", name),
+        kind=messages.ALLGATHER,
+        dtype=str(array.dtype),
+        shape=array.shape,
+    )
+    return engine.submit(meta, array).handle
+
+
+def allgather(tensor, name=None):
+    """Return every rank's ``tensor`` concatenated along dimension 0, in rank order."""
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor, root_rank, name=None) -> Handle:
+    """Start sending ``root_rank``'s ``tensor`` to every rank."""
+    engine = _the_engine()
+    array = _input(tensor, "broadcast")
+    root = _root(root_rank)
+    meta = messages.Meta(
+        name=_name("broadcast", name),
+        kind=messages.BROADCAST,
+        dtype=str(array.dtype),
+        shape=array.shape,
+        root=root,
+    )
+    return engine.submit(meta, array).handle
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Return ``root_rank``'s ``tensor`` on every rank (a new array)."""
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def _root(root_rank) -> int:
+    n = size()
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int | np.integer):
+        raise TypeError(f"root_rank must be an int, got {root_rank!r}")
+    if not 0 <= root_rank < n:
+        raise ValueError(f"root_rank {root_rank} is outside [0, {n})")
+    return int(root_rank)
+
+
+def alltoall_async(tensor, splits=None, name=None) -> Handle:
+    """Start sending ``splits[j]`` rows of ``tensor`` to rank j, receiving rows from each rank.
+
+    Without ``splits`` the rows are spread evenly, the first ranks getting one more.
+    """
+    engine = _the_engine()
+    array = _input(tensor, "alltoall")
+    if array.ndim == 0:
+        raise ValueError("alltoall needs an array of at least one dimension; got a 0-d array")
+    n = size()
+    if splits is None:
+        splits = tuple(hi - lo for lo, hi in segment_bounds(array.shape[0], n))
+    else:
+        splits = tuple(int(s) for s in np.asarray(splits).reshape(-1))
+        if len(splits) != n or min(splits, default=0) < 0 or sum(splits) != array.shape[0]:
+            raise ValueError(
+                f"alltoall splits {list(splits)} must be {n} non-negative counts summing to "
+                f"the first dimension, {array.shape[0]}"
+            )
+    meta = messages.Meta(
+        name=_name("alltoall", name),
+        kind=messages.ALLTOALL,
+        dtype=str(array.dtype),
+        shape=array.shape,
+        splits=splits,
+    )
+    return engine.submit(meta, array).handle
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Return the rows every rank sent to this one, concatenated in rank order."""
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(
+    tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0
+) -> Handle:
+    """Start reducing ``tensor`` over all ranks, keeping this rank's share of dimension 0.
+
+    Rows are shared out evenly, the first ranks getting one more.
+    """
+    engine = _the_engine()
+    array = _input(tensor, "reducescatter")
+    if array.ndim == 0:
+        raise ValueError("reducescatter needs an array of at least one dimension; got 0-d")
+    op = as_reduce_op(op)
+    meta = messages.Meta(
+        name=_name("reducescatter", name),
+        kind=messages.REDUCESCATTER,
+        dtype=str(array.dtype),
+        shape=array.shape,
+        op=int(op),
+        prescale=_scale(prescale_factor, "prescale_factor", array.dtype),
+        postscale=_scale(postscale_factor, "postscale_factor", array.dtype),
+    )
+    return engine.submit(meta, array).handle
+
+
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Return this rank's share of ``tensor`` reduced over all ranks."""
+    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor))
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Return ``root_rank``'s ``obj`` (any picklable object) on every rank."""
+    root = _root(root_rank)
+    payload = pickle.dumps(obj) if rank() == root else b""
+    gathered = allgather(np.frombuffer(payload, np.uint8), name=_name("broadcast_object", name))
+    return pickle.loads(gathered.tobytes())
+
+
+def allgather_object(obj, name=None) -> list:
+    """Return the list of every rank's ``obj`` (any picklable object), in rank order."""
+    payload = np.frombuffer(pickle.dumps(obj), np.uint8)
+    base = _name("allgather_object", name)
+    lengths = allgather(np.array([payload.size], np.int64), name=f"{base}.lengths")
+    data = allgather(payload, name=base).tobytes()
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    return [pickle.loads(data[offsets[i] : offsets[i + 1]]) for i in range(len(lengths))]
+
+
+def join() -> int:
+    """Declare this rank out of data; return the rank that joined last, once all have.
+
+    Until every rank has joined, this rank keeps taking part in the others' allreduces
+    (contributing the op's identity; Average divides by the ranks that contributed) and
+    allgathers (contributing no rows). Alltoall and reducescatter fail while a rank waits here.
+    """
+    engine = _the_engine()
+    meta = messages.Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
+    return synchronize(engine.submit(meta, None).handle)
+
+
+def synchronize(handle: Handle):
+    """Wait for ``handle`` and return its result, or raise its error."""
+    return handle.wait()
+
+
+def poll(handle: Handle) -> bool:
+    """Return True if ``handle`` has completed (result or error)."""
+    return handle.done()

@@ -1,0 +1,1 @@
+"""ringtrain's benchmarks: ``python -m ringtrain.bench <name>`` under mpirun."""

@@ -1,0 +1,143 @@
+"""ringtrain's allreduce against MPI_Allreduce on the same float32 buffers, in one run."""
+
+import json
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import ringtrain
+
+_KIB = 1024
+DEFAULT_SIZES = [4 * _KIB * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
+
+
+def add_arguments(parser) -> None:
+    """Declare this benchmark's options on ``parser``."""
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=DEFAULT_SIZES,
+        help="comma-separated buffer sizes in bytes",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=1.0,
+        help="time budget per size and contender (default 1.0)",
+    )
+    parser.add_argument("--small-count", type=int, default=200)
+    parser.add_argument("--small-bytes", type=int, default=16 * _KIB)
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+
+
+def _median_time(comm, step, budget, min_iters=5, max_iters=1000):
+    step()  # warm up: first-call compilation and buffer growth are not measured
+    times = []
+    started = time.perf_counter()
+    while len(times) < max_iters:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        # Every rank must take the same number of iterations: decide together.
+        more = len(times) < min_iters or time.perf_counter() - started < budget
+        if not comm.allreduce(more, op=MPI.LAND):
+            break
+    return comm.allreduce(statistics.median(times), op=MPI.MAX)
+
+
+def _row(case, nbytes, n, ours, theirs):
+    factor = 2 * (n - 1) / n if n > 1 else 1.0
+    return {
+        "case": case,
+        "bytes": nbytes,
+        "ranks": n,
+        "ringtrain_us": ours * 1e6,
+        "mpi_us": theirs * 1e6,
+        "ringtrain_algbw_GBps": nbytes / ours / 1e9,
+        "mpi_algbw_GBps": nbytes / theirs / 1e9,
+        "ringtrain_busbw_GBps": nbytes / ours / 1e9 * factor,
+        "mpi_busbw_GBps": nbytes / theirs / 1e9 * factor,
+        "busbw_ratio": theirs / ours,
+    }
+
+
+def run(args) -> int:
+    """Measure every size and the many-small-tensors case; print a table on rank 0."""
+    ringtrain.init()
+    comm = MPI.COMM_WORLD
+    n = comm.Get_size()
+    rows = []
+    for nbytes in args.sizes:
+        count = nbytes // 4
+        src = np.random.default_rng(comm.Get_rank()).random(count, dtype=np.float32)
+        out = np.empty_like(src)
+        recv = np.empty_like(src)
+
+        def ours(src=src, out=out):
+            ringtrain.allreduce(src, op=ringtrain.Sum, out=out, name="bench")
+
+        def theirs(src=src, recv=recv):
+            comm.Allreduce(src, recv, op=MPI.SUM)
+
+        rows.append(
+            _row(
+                "single",
+                nbytes,
+                n,
+                _median_time(comm, ours, args.seconds),
+                _median_time(comm, theirs, args.seconds),
+            )
+        )
+        del src, out, recv
+
+    small = [
+        np.random.default_rng(i).random(args.small_bytes // 4, dtype=np.float32)
+        for i in range(args.small_count)
+    ]
+    joined = np.concatenate(small)
+    joined_out = np.empty_like(joined)
+
+    def many():
+        handles = [
+            ringtrain.allreduce_async(t, op=ringtrain.Sum, name=f"small.{i}")
+            for i, t in enumerate(small)
+        ]
+        for h in handles:
+            ringtrain.synchronize(h)
+
+    def one_mpi():
+        comm.Allreduce(joined, joined_out, op=MPI.SUM)
+
+    rows.append(
+        _row(
+            f"{args.small_count}x{args.small_bytes}",
+            joined.nbytes,
+            n,
+            _median_time(comm, many, args.seconds),
+            _median_time(comm, one_mpi, args.seconds),
+        )
+    )
+    if comm.Get_rank() == 0:
+        _print(rows)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(rows, f, indent=1)
+    ringtrain.shutdown()
+    return 0
+
+
+def _print(rows):
+    print(f"ranks={rows[0]['ranks']}  medians; busbw as nccl-tests: algbw * 2(n-1)/n")
+    print(
+        f"{'case':>10} {'bytes':>11} {'ringtrain us':>13} {'MPI us':>10} "
+        f"{'rt busbw GB/s':>14} {'MPI busbw GB/s':>15} {'ratio':>6}"
+    )
+    for r in rows:
+        print(
+            f"{r['case']:>10} {r['bytes']:>11} {r['ringtrain_us']:>13.1f} {r['mpi_us']:>10.1f} "
+            f"{r['ringtrain_busbw_GBps']:>14.2f} {r['mpi_busbw_GBps']:>15.2f} "
+            f"{r['busbw_ratio']:>6.2f}"
+        )

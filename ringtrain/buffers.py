@@ -1,0 +1,26 @@
+"""Host buffers that are allocated once, grown when needed and reused by every call."""
+
+import numpy as np
+
+
+class BufferPool:
+    """Named host buffers: ``get`` returns a view of a reused allocation, grown on demand."""
+
+    def __init__(self):
+        self._raw: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, count: int, dtype) -> np.ndarray:
+        """Return a 1-D array of ``count`` elements of ``dtype`` backed by buffer ``name``.
+
+        The contents are whatever the previous user left; a later ``get`` of the same name
+        may return the same memory.
+        """
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
+        raw = self._raw.get(name)
+        if raw is None or raw.nbytes < nbytes:
+            # Grow geometrically so a slowly growing workload reallocates only a few times.
+            size = max(nbytes, 0 if raw is None else 2 * raw.nbytes, 4096)
+            raw = np.empty(size, dtype=np.uint8)
+            self._raw[name] = raw
+        return raw[:nbytes].view(dtype)

@@ -1,0 +1,1 @@
+"""The background engine: queue, negotiation, fusion, execution, timeline and stall checks."""

@@ -1,0 +1,226 @@
+"""The background engine: one thread per rank that does all of ringtrain's MPI traffic.
+
+Each rank's thread sends its new submissions to the coordinator (rank 0) as small pickled
+metas (never tensor data) over a private control communicator. Rank 0 matches them across
+ranks and sends every rank the same ordered list of responses, which each rank then runs on
+a second private communicator. The thread sleeps between checks, but a local submission wakes
+it at once, so latency is not rounded up to the cycle time.
+"""
+
+import pickle
+import sys
+import threading
+import time
+import traceback
+
+from mpi4py import MPI
+
+from ringtrain.buffers import BufferPool
+from ringtrain.engine import messages
+from ringtrain.engine import timeline as tl
+from ringtrain.engine.executor import Executor
+from ringtrain.engine.handle import Request
+from ringtrain.engine.negotiation import Coordinator
+from ringtrain.engine.stall import StallInspector
+from ringtrain.errors import (
+    DuplicateNameError,
+    EngineStoppedError,
+    MismatchError,
+    StallError,
+)
+from ringtrain.ring.collective import Ring
+
+_TAG_REQUEST = 11
+_TAG_RESPONSE = 12
+_FIRST_POLL = 20e-6  # seconds; the sleep grows from here while nothing happens
+
+
+class Engine:
+    """Queue, negotiation and execution for one rank, run by a background thread."""
+
+    def __init__(self, comm: MPI.Comm, settings):
+        self.settings = settings
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self._ctrl = comm.Dup()
+        self._data = comm.Dup()
+        # Ring chunking must match on every rank: rank 0's setting wins.
+        chunk_bytes = self._ctrl.bcast(settings.ring_chunk_bytes, root=0)
+        self._pool = BufferPool()
+        self.ring = Ring(self._data, chunk_bytes, self._pool)
+        self._timeline = _open_timeline(settings.timeline, self.rank)
+        self._executor = Executor(self.ring, self._data, self._pool, self._timeline)
+        self._coordinator = None
+        if self.rank == 0:
+            stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)
+            self._coordinator = Coordinator(
+                self.size, settings.fusion_threshold, settings.cache_capacity, stall
+            )
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._outbox: list[Request] = []
+        self._inflight: dict[str, Request] = {}
+        self._cache: dict[messages.Meta, int] = {}
+        self._sends: list[MPI.Request] = []
+        self._stop_error: BaseException | None = None
+        self._shutdown_asked = False
+        self._next_stall_check = 0.0
+        self._thread = threading.Thread(target=self._main, name="ringtrain-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, meta, array, out=None) -> Request:
+        """Queue one collective; return its request, whose handle completes later."""
+        request = Request(meta, array, out, tl.now_ns())
+        with self._lock:
+            if self._stop_error is not None:
+                raise EngineStoppedError(f"the ringtrain engine has stopped: {self._stop_error}")
+            if meta.name in self._inflight:
+                raise DuplicateNameError(
+                    f"tensor name {meta.name!r} was submitted again while its first submission "
+                    "is still in flight; use distinct names or synchronize first"
+                )
+            self._inflight[meta.name] = request
+            self._outbox.append(request)
+        if self._timeline is not None:
+            self._timeline.instant(meta.name, tl.ENQUEUE, request.submitted_ns)
+        self._wakeup.set()
+        return request
+
+    def shutdown(self) -> None:
+        """Stop every rank's engine (any rank may ask), wait for this thread, free comms."""
+        with self._lock:
+            self._shutdown_asked = True
+        self._wakeup.set()
+        self._thread.join()
+        for request in self._sends:
+            if not request.Test():
+                request.Cancel()
+        self._ctrl.Free()
+        self._data.Free()
+        if self._timeline is not None:
+            self._timeline.close()
+
+    # -- the engine thread -------------------------------------------------------------
+
+    def _main(self):
+        try:
+            self._loop()
+        except BaseException as err:  # noqa: BLE001 - any failure mid-collective is fatal
+            sys.stderr.write(
+                f"ringtrain: rank {self.rank}: the engine thread failed; aborting the job so "
+                f"no rank hangs in a collective:\n{traceback.format_exc()}"
+            )
+            sys.stderr.flush()
+            self._stop(EngineStoppedError(f"engine thread failed: {err!r}"))
+            MPI.COMM_WORLD.Abort(1)
+
+    def _loop(self):
+        idle_sleep = self.settings.cycle_time_ms / 1000
+        busy_sleep = min(idle_sleep, 100e-6)
+        sleep = _FIRST_POLL
+        while True:
+            active = self._send_submissions()
+            if self._coordinator is not None:
+                responses = self._coordinate()
+                if responses:
+                    payload = pickle.dumps(responses, protocol=pickle.HIGHEST_PROTOCOL)
+                    for dest in range(1, self.size):
+                        self._sends.append(self._ctrl.isend(payload, dest, _TAG_RESPONSE))
+            else:
+                responses = []
+                while (message := self._ctrl.improbe(0, _TAG_RESPONSE)) is not None:
+                    responses.extend(pickle.loads(message.recv()))
+            for response in responses:
+                if response.kind == messages.STOP:
+                    self._stop(_stop_error(response))
+                    return
+                self._execute(response)
+            self._sends = [r for r in self._sends if not r.Test()]
+            if active or responses:
+                sleep = _FIRST_POLL
+                continue
+            waiting = bool(self._inflight) or (
+                self._coordinator is not None and self._coordinator.pending()
+            )
+            sleep = min(sleep * 2, busy_sleep if waiting else idle_sleep)
+            self._wakeup.wait(sleep)
+            self._wakeup.clear()
+
+    def _send_submissions(self) -> bool:
+        with self._lock:
+            new, self._outbox = self._outbox, []
+            shutdown, self._shutdown_asked = self._shutdown_asked, False
+        entries = [self._cache.get(r.meta, r.meta) for r in new]
+        if shutdown:
+            entries.append(messages.SHUTDOWN_REQUEST)
+        if not entries:
+            return False
+        if self._coordinator is not None:
+            self._coordinator.add(self.rank, entries)
+        else:
+            self._sends.append(self._ctrl.isend(entries, 0, _TAG_REQUEST))
+        return True
+
+    def _coordinate(self):
+        coordinator = self._coordinator
+        status = MPI.Status()
+        while (message := self._ctrl.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)) is not None:
+            coordinator.add(status.Get_source(), message.recv())
+        responses = coordinator.responses()
+        now = time.monotonic()
+        if now >= self._next_stall_check:
+            self._next_stall_check = now + 1.0
+            warnings, fatal = coordinator.check_stalls()
+            for text in warnings:
+                sys.stderr.write(f"ringtrain: warning: {text}\n")
+            if fatal:
+                text = "; ".join(fatal)
+                sys.stderr.write(f"ringtrain: error: stopping the job: {text}\n")
+                responses.append(coordinator.stop(text, "stall"))
+            sys.stderr.flush()
+        return responses
+
+    def _execute(self, response):
+        with self._lock:
+            requests = [self._inflight.pop(name, None) for name in response.names]
+        received = tl.now_ns()
+        if self._timeline is not None:
+            for request in requests:
+                if request is not None:
+                    self._timeline.span(
+                        request.meta.name, tl.NEGOTIATE, request.submitted_ns, received
+                    )
+        if response.error is not None:
+            for request in requests:
+                if request is not None:
+                    request.handle.fail(MismatchError(response.error))
+            return
+        for request in requests:
+            ids = response.cache_ids.get(request.meta.name) if request is not None else None
+            if ids and ids[self.rank] is not None:
+                self._cache[request.meta] = ids[self.rank]
+        results = self._executor.run(response, requests)
+        for request, result in zip(requests, results, strict=True):
+            if request is not None:
+                request.handle.complete(result)
+
+    def _stop(self, error):
+        with self._lock:
+            self._stop_error = error
+            pending, self._inflight, self._outbox = self._inflight, {}, []
+        for request in pending.values():
+            request.handle.fail(error)
+
+
+def _stop_error(response):
+    if response.error_kind == "stall":
+        return StallError(response.error)
+    return EngineStoppedError(f"the ringtrain engine has stopped: {response.error}")
+
+
+def _open_timeline(path, rank):
+    if not path:
+        return None
+    if "{rank}" in path:
+        return tl.Timeline(path.format(rank=rank), rank)
+    return tl.Timeline(path, rank) if rank == 0 else None

@@ -1,0 +1,215 @@
+"""Carries out the coordinator's responses on one rank: fusion, ring, MPI collectives."""
+
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+from ringtrain import kernels
+from ringtrain.dtypes import by_name, is_integer, reduction_dtype
+from ringtrain.engine import messages
+from ringtrain.engine import timeline as tl
+from ringtrain.ops import ReduceOp
+from ringtrain.ring.schedule import segment_bounds
+
+_CPU = kernels.backend_for(np.empty(0))
+
+
+def identity(op: ReduceOp, dtype) -> object:
+    """Return the element that leaves ``op`` unchanged: what a joined rank contributes."""
+    dtype = np.dtype(dtype)
+    if op in (ReduceOp.Sum, ReduceOp.Average):
+        return 0
+    if op == ReduceOp.Product:
+        return 1
+    info = np.iinfo(dtype) if is_integer(dtype) else None
+    if op == ReduceOp.Min:
+        return info.max if info else np.inf
+    return info.min if info else -np.inf
+
+
+def _as_bytes(array):
+    return array.reshape(-1).view(np.uint8)
+
+
+class Executor:
+    """Runs responses on ``rank`` with the ring over ``data`` (a private communicator)."""
+
+    def __init__(self, ring, data, pool, timeline):
+        self.ring = ring
+        self.data = data
+        self.rank = data.Get_rank()
+        self.size = data.Get_size()
+        self._pool = pool
+        self._timeline = timeline
+        self._run = {
+            messages.ALLREDUCE: self._allreduce,
+            messages.ALLGATHER: self._allgather,
+            messages.BROADCAST: self._broadcast,
+            messages.ALLTOALL: self._alltoall,
+            messages.REDUCESCATTER: self._reducescatter,
+            messages.JOIN: lambda response, requests: [response.last_joined],
+        }
+
+    def run(self, response, requests) -> list:
+        """Run ``response``; ``requests`` holds this rank's request per name (None if joined).
+
+        Returns the result per name (None where this rank had no request).
+        """
+        return self._run[response.kind](response, requests)
+
+    def _span(self, names, phase, start, end):
+        if self._timeline is not None:
+            for name in names:
+                self._timeline.span(name, phase, start, end)
+
+    def _reduction(self, response):
+        meta = response.metas[0]
+        op = ReduceOp(meta.op)
+        contributors = self.size - len(response.joined)
+        postscale = meta.postscale
+        if op == ReduceOp.Average:
+            op = ReduceOp.Sum
+            if not is_integer(meta.dtype):
+                postscale = postscale / contributors
+        return op, postscale, contributors
+
+    def _finish_average(self, response, outputs, contributors):
+        meta = response.metas[0]
+        if meta.op == ReduceOp.Average and is_integer(meta.dtype):
+            for out in outputs:
+                if out is not None:
+                    np.floor_divide(out, contributors, out=out)
+
+    def _allreduce(self, response, requests):
+        metas = response.metas
+        dtype = by_name(metas[0].dtype)
+        wire = reduction_dtype(dtype)
+        op, postscale, contributors = self._reduction(response)
+        prescale = metas[0].prescale
+        present = [r for r in requests if r is not None]
+        backend = kernels.backend_for(present[0].array) if present else _CPU
+        outputs = [
+            None if r is None else (r.out if r.out is not None else backend.empty(m.shape, dtype))
+            for r, m in zip(requests, metas, strict=True)
+        ]
+        start = tl.now_ns()
+        one = requests[0]
+        if (
+            len(requests) == 1
+            and one is not None
+            and backend is _CPU
+            and dtype == wire
+            and prescale == 1.0
+        ):
+            packed = tl.now_ns()
+            reduced = self.ring.allreduce(
+                one.array.reshape(-1), outputs[0].reshape(-1), op, postscale
+            )
+            gathered = unpacked = tl.now_ns()
+        else:
+            sizes = [math.prod(m.shape) for m in metas]
+            offsets = _displacements(sizes)
+            host = self._pool.get("fusion", sum(sizes), wire)
+            fill = identity(ReduceOp(metas[0].op), wire)
+            for r, off, n in zip(requests, offsets, sizes, strict=True):
+                if r is None:
+                    host[off : off + n] = fill
+            sources = [r.array for r in present]
+            source_offsets = [o for r, o in zip(requests, offsets, strict=True) if r is not None]
+            staging = host if backend is _CPU else backend.empty(len(host), wire)
+            backend.pack(sources, staging, source_offsets, prescale)
+            if staging is not host:
+                backend.to_host(staging, host)
+            packed = tl.now_ns()
+            reduced = self.ring.allreduce(host, host, op, postscale)
+            gathered = tl.now_ns()
+            if staging is not host:
+                backend.to_device(host, staging)
+            kept = [o for o in outputs if o is not None]
+            backend.unpack(staging, source_offsets, kept, 1.0)
+            unpacked = tl.now_ns()
+        self._finish_average(response, outputs, contributors)
+        names = response.names
+        self._span(names, tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
+        self._span(names, tl.REDUCE_SCATTER, packed, reduced)
+        self._span(names, tl.ALLGATHER, reduced, gathered)
+        self._span(names, tl.MEMCPY_OUT_FUSION_BUFFER, gathered, unpacked)
+        return outputs
+
+    def _allgather(self, response, requests):
+        results = []
+        for meta, per_rank, request in zip(
+            response.metas, response.per_rank, requests, strict=True
+        ):
+            start = tl.now_ns()
+            dtype = by_name(meta.dtype)
+            row_bytes = math.prod(meta.shape[1:]) * dtype.itemsize
+            rows = [m.shape[0] if m is not None else 0 for m in per_rank]
+            out = np.empty((sum(rows), *meta.shape[1:]), dtype)
+            counts = [n * row_bytes for n in rows]
+            displs = _displacements(counts)
+            send = _as_bytes(request.array) if request is not None else np.empty(0, np.uint8)
+            self.data.Allgatherv([send, MPI.BYTE], [_as_bytes(out), (counts, displs), MPI.BYTE])
+            self._span([meta.name], tl.ALLGATHER, start, tl.now_ns())
+            results.append(out if request is not None else None)
+        return results
+
+    def _broadcast(self, response, requests):
+        meta, request = response.metas[0], requests[0]
+        start = tl.now_ns()
+        dtype = by_name(meta.dtype)
+        if request is None:
+            out = self._pool.get("broadcast", math.prod(meta.shape), dtype)
+        else:
+            out = np.empty(meta.shape, dtype)
+            if self.rank == meta.root:
+                out[...] = request.array
+        self.data.Bcast([_as_bytes(out), MPI.BYTE], root=meta.root)
+        self._span([meta.name], "BROADCAST", start, tl.now_ns())
+        return [out if request is not None else None]
+
+    def _alltoall(self, response, requests):
+        meta, per_rank, request = response.metas[0], response.per_rank[0], requests[0]
+        start = tl.now_ns()
+        dtype = by_name(meta.dtype)
+        row_bytes = math.prod(meta.shape[1:]) * dtype.itemsize
+        sent = [n * row_bytes for n in per_rank[self.rank].splits]
+        got_rows = [m.splits[self.rank] for m in per_rank]
+        got = [n * row_bytes for n in got_rows]
+        out = np.empty((sum(got_rows), *meta.shape[1:]), dtype)
+        self.data.Alltoallv(
+            [_as_bytes(request.array), (sent, _displacements(sent)), MPI.BYTE],
+            [_as_bytes(out), (got, _displacements(got)), MPI.BYTE],
+        )
+        self._span([meta.name], "ALLTOALL", start, tl.now_ns())
+        return [out]
+
+    def _reducescatter(self, response, requests):
+        meta, request = response.metas[0], requests[0]
+        start = tl.now_ns()
+        dtype = by_name(meta.dtype)
+        wire = reduction_dtype(dtype)
+        op, postscale, contributors = self._reduction(response)
+        row = math.prod(meta.shape[1:])
+        row_bounds = segment_bounds(meta.shape[0], self.size)
+        bounds = [(lo * row, hi * row) for lo, hi in row_bounds]
+        buf = self._pool.get("fusion", math.prod(meta.shape), wire)
+        _CPU.pack([request.array], buf, [0], meta.prescale)
+        packed = tl.now_ns()
+        self.ring.reduce_scatter(buf, buf, op, postscale, bounds)
+        reduced = tl.now_ns()
+        lo, hi = bounds[self.rank]
+        first, last = row_bounds[self.rank]
+        out = np.empty((last - first, *meta.shape[1:]), dtype)
+        _CPU.unpack(buf[lo:hi], [0], [out], 1.0)
+        self._finish_average(response, [out], contributors)
+        self._span([meta.name], tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
+        self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
+        self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
+        return [out]
+
+
+def _displacements(counts):
+    """Return the start offset of each count when the counts are laid end to end."""
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64).tolist()

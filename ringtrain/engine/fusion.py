@@ -1,0 +1,40 @@
+"""The fusion planner: which ready allreduces share one fusion buffer (a pure function)."""
+
+import math
+
+import numpy as np
+
+from ringtrain.dtypes import reduction_dtype
+
+
+def fusion_key(meta) -> tuple:
+    """Return what tensors must share to be reduced together: dtype, op and scale factors."""
+    return (meta.dtype, meta.op, meta.prescale, meta.postscale)
+
+
+def nbytes_in_buffer(meta) -> int:
+    """Return the bytes ``meta``'s tensor takes in a fusion buffer (16-bit floats widen)."""
+    return math.prod(meta.shape) * reduction_dtype(np.dtype(meta.dtype)).itemsize
+
+
+def plan(units, threshold: int) -> list[list]:
+    """Group ``units`` (each a non-empty list of metas that must stay together) into fusions.
+
+    Units are taken in order; a unit joins the open fusion of its key while the total stays
+    within ``threshold`` bytes, else it starts a new one. A unit larger than the threshold is
+    a fusion of its own. The result lists fusions in the order their first unit came.
+    """
+    fusions: list[list] = []
+    open_by_key: dict[tuple, tuple[list, int]] = {}
+    for unit in units:
+        key = fusion_key(unit[0])
+        size = sum(nbytes_in_buffer(m) for m in unit)
+        current = open_by_key.get(key)
+        if current is not None and current[1] + size <= threshold:
+            current[0].extend(unit)
+            open_by_key[key] = (current[0], current[1] + size)
+            continue
+        fusion = list(unit)
+        fusions.append(fusion)
+        open_by_key[key] = (fusion, size)
+    return fusions

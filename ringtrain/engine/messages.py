@@ -1,0 +1,70 @@
+"""What ranks tell the coordinator, and what the coordinator tells every rank."""
+
+import dataclasses
+
+ALLREDUCE = "allreduce"
+ALLGATHER = "allgather"
+BROADCAST = "broadcast"
+ALLTOALL = "alltoall"
+REDUCESCATTER = "reducescatter"
+JOIN = "join"
+
+JOIN_NAME = "__ringtrain_join__"
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+    """What a rank submitted under one name: everything but the data."""
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple
+    op: int = 1
+    prescale: float = 1.0
+    postscale: float = 1.0
+    root: int = -1
+    splits: tuple | None = None
+    group: tuple | None = None
+
+
+# Fields that must agree across ranks, per kind. A field missing here may differ.
+AGREED_FIELDS = {
+    ALLREDUCE: ("dtype", "shape", "op", "prescale", "postscale", "group"),
+    REDUCESCATTER: ("dtype", "shape", "op", "prescale", "postscale"),
+    ALLGATHER: ("dtype", "trailing_shape"),
+    BROADCAST: ("dtype", "shape", "root"),
+    ALLTOALL: ("dtype", "trailing_shape"),
+    JOIN: (),
+}
+
+
+def field_value(meta: Meta, field: str):
+    """Return ``meta``'s value of ``field``; ``trailing_shape`` is the shape past dimension 0."""
+    if field == "trailing_shape":
+        return meta.shape[1:] if meta.shape else None
+    return getattr(meta, field)
+
+
+@dataclasses.dataclass
+class Response:
+    """One decision of the coordinator that every rank carries out in the same order.
+
+    ``metas`` holds, per name, the meta of the lowest rank that submitted it; ``per_rank``
+    holds, per name, every rank's meta (None for a rank that has joined) where the kind needs
+    them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine.
+    """
+
+    kind: str
+    names: list
+    metas: list = dataclasses.field(default_factory=list)
+    per_rank: list | None = None
+    joined: tuple = ()
+    error: str | None = None
+    error_kind: str | None = None
+    cache_ids: dict = dataclasses.field(default_factory=dict)
+    last_joined: int = -1
+
+
+STOP = "stop"
+SHUTDOWN_REQUEST = "shutdown"

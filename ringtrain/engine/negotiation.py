@@ -1,0 +1,179 @@
+"""The coordinator's bookkeeping (rank 0): who submitted what, and what to run next.
+
+Pure logic with no MPI: the engine feeds it each rank's submissions and ships the responses
+it returns to every rank, which run them in the same order.
+"""
+
+import time
+
+from ringtrain.engine import fusion, messages
+from ringtrain.engine.messages import Meta, Response
+from ringtrain.engine.stall import StallInspector, describe
+from ringtrain.ops import ReduceOp
+
+_JOIN_UNSUPPORTED = (messages.ALLTOALL, messages.REDUCESCATTER)
+
+
+class Coordinator:
+    """Matches submissions across ranks, checks they agree, and plans fused responses."""
+
+    def __init__(self, size, fusion_threshold, cache_capacity, stall, clock=time.monotonic):
+        self.size = size
+        self.fusion_threshold = fusion_threshold
+        self.cache_capacity = cache_capacity
+        self.stall: StallInspector = stall
+        self._clock = clock
+        self._table: dict[str, dict[int, Meta]] = {}
+        self._ready: list[str] = []
+        self._ready_at: dict[str, float] = {}
+        self._joined: list[int] = []
+        self._shutdown_by: int | None = None
+        self._cache_meta: dict[int, Meta] = {}
+        self._cache_id: dict[Meta, int] = {}
+
+    def pending(self) -> bool:
+        """Return True while some name waits for ranks that have not submitted it."""
+        return bool(self._table)
+
+    def add(self, rank: int, entries) -> None:
+        """Take one message of ``rank``: metas, cache ids, or the shutdown request."""
+        now = self._clock()
+        for entry in entries:
+            if entry == messages.SHUTDOWN_REQUEST:
+                if self._shutdown_by is None:
+                    self._shutdown_by = rank
+                continue
+            meta = self._cache_meta[entry] if isinstance(entry, int) else entry
+            if meta.kind == messages.JOIN:
+                if rank not in self._joined:
+                    self._joined.append(rank)
+                    for name in list(self._table):
+                        self._note_if_ready(name, now)
+                continue
+            self._table.setdefault(meta.name, {})[rank] = meta
+            self.stall.seen(meta.name, now)
+            self._note_if_ready(meta.name, now)
+
+    def _note_if_ready(self, name, now):
+        if name in self._ready_at:
+            return
+        if not self._missing(name):
+            self._ready.append(name)
+            self._ready_at[name] = now
+            self.stall.done(name)
+
+    def _missing(self, name):
+        have = self._table.get(name, {})
+        return [r for r in range(self.size) if r not in have and r not in self._joined]
+
+    def responses(self) -> list[Response]:
+        """Return what every rank must run now, in order, and forget it."""
+        out: list[Response] = []
+        allreduce_units = []
+        taken = set()
+        for name in self._ready:
+            if name in taken:
+                continue
+            metas = self._table[name]
+            group = next(iter(metas.values())).group
+            members = [name] if not group else list(group)
+            if group and not all(m in self._ready_at for m in members):
+                continue
+            taken.update(members)
+            error = None
+            for member in members:
+                error = error or self._disagreement(member)
+            canon = [self._canonical(m) for m in members]
+            if error:
+                out.append(Response(canon[0].kind, members, canon, error=error))
+            elif canon[0].kind == messages.ALLREDUCE:
+                allreduce_units.append(canon)
+            else:
+                out.append(self._single(canon[0]))
+        for fused in fusion.plan(allreduce_units, self.fusion_threshold):
+            out.append(self._response(messages.ALLREDUCE, fused))
+        for name in taken:
+            self._ready.remove(name)
+            del self._table[name]
+            del self._ready_at[name]
+        if len(self._joined) == self.size:
+            out.append(Response(messages.JOIN, [messages.JOIN_NAME], last_joined=self._joined[-1]))
+            self._joined = []
+        if self._shutdown_by is not None:
+            out.append(self.stop(f"rank {self._shutdown_by} called shutdown()", "shutdown"))
+        return out
+
+    def stop(self, reason: str, kind: str) -> Response:
+        """Return the response that ends every rank's engine, failing what is pending."""
+        return Response(messages.STOP, sorted(self._table), error=reason, error_kind=kind)
+
+    def check_stalls(self):
+        """Return (warnings, fatal stalls) as one-line messages."""
+        warn, fatal = self.stall.check(self._clock(), self._missing)
+        return [describe(s) for s in warn], [describe(s) for s in fatal]
+
+    def _single(self, meta):
+        return self._response(meta.kind, [meta])
+
+    def _response(self, kind, metas):
+        names = [m.name for m in metas]
+        per_rank = None
+        if kind in (messages.ALLGATHER, messages.ALLTOALL):
+            per_rank = [[self._table[n].get(r) for r in range(self.size)] for n in names]
+        return Response(
+            kind,
+            names,
+            metas,
+            per_rank=per_rank,
+            joined=tuple(sorted(self._joined)),
+            cache_ids={n: self._cache_ids(n) for n in names},
+        )
+
+    def _cache_ids(self, name):
+        ids = []
+        for rank in range(self.size):
+            meta = self._table[name].get(rank)
+            ident = self._cache_id.get(meta) if meta is not None else None
+            if meta is not None and ident is None and len(self._cache_id) < self.cache_capacity:
+                ident = len(self._cache_id)
+                self._cache_id[meta] = ident
+                self._cache_meta[ident] = meta
+            ids.append(ident)
+        return ids
+
+    def _canonical(self, name):
+        metas = self._table[name]
+        return metas[min(metas)]
+
+    def _disagreement(self, name):
+        by_rank = self._table[name]
+        ranks = sorted(by_rank)
+        first = by_rank[ranks[0]]
+        kinds = {m.kind for m in by_rank.values()}
+        if len(kinds) > 1:
+            return _mismatch(name, "operation", by_rank, lambda m: m.kind)
+        if self._joined:
+            if first.kind in _JOIN_UNSUPPORTED:
+                return (
+                    f"{first.kind} of tensor {name!r} cannot run while ranks {self._joined} "
+                    "have joined"
+                )
+            if first.kind == messages.BROADCAST and first.root in self._joined:
+                return f"broadcast of tensor {name!r}: root rank {first.root} has joined"
+        if all(m == first for m in by_rank.values()):
+            return None
+        for field in messages.AGREED_FIELDS[first.kind]:
+            values = {messages.field_value(m, field) for m in by_rank.values()}
+            if len(values) > 1:
+                return _mismatch(
+                    name, field, by_rank, lambda m, f=field: messages.field_value(m, f)
+                )
+        return None
+
+
+def _mismatch(name, field, by_rank, value_of):
+    def show(value):
+        return ReduceOp(value).name if field == "op" else str(value)
+
+    parts = ", ".join(f"rank {r}: {show(value_of(by_rank[r]))}" for r in sorted(by_rank))
+    return f"tensor {name!r}: {field} differs across ranks ({parts})"

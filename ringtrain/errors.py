@@ -1,0 +1,25 @@
+"""Exceptions that ringtrain raises to its users."""
+
+
+class RingtrainError(RuntimeError):
+    """Base class of every error raised by ringtrain."""
+
+
+class NotInitializedError(RingtrainError):
+    """A ringtrain call was made before ``init()`` or after ``shutdown()``."""
+
+
+class MismatchError(RingtrainError):
+    """Ranks submitted the same tensor name with different shape, dtype, op or other fields."""
+
+
+class DuplicateNameError(RingtrainError, ValueError):
+    """A tensor name was submitted again while its first submission is still in flight."""
+
+
+class StallError(RingtrainError):
+    """Some ranks never submitted a tensor that others did, past the stall shutdown time."""
+
+
+class EngineStoppedError(RingtrainError):
+    """The background engine has stopped, so no further collective can complete."""

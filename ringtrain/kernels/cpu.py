@@ -1,0 +1,276 @@
+"""The CPU backend: fusion-buffer kernels compiled by numba, which run without the GIL.
+
+Many small tensors go through one kernel call as a tuple of ``_WIDTH`` 1-D arrays (padded with
+an empty one) indexed at run time, so each (dtype, width) tuple type compiles once and the
+Python cost per tensor stays a few hundred nanoseconds. numba has no 16-bit float type: float16
+and bfloat16 arrays enter as uint16 views and the scalar helpers below convert their bits. The
+CUDA backend compiles the same scalar helpers (through ``py_func``), so both round alike.
+"""
+
+import numba
+import numpy as np
+
+from ringtrain import kernels
+from ringtrain.ops import ReduceOp
+
+_WIDTH = 16
+
+_SUM = int(ReduceOp.Sum)
+_MIN = int(ReduceOp.Min)
+_MAX = int(ReduceOp.Max)
+_PRODUCT = int(ReduceOp.Product)
+_TWO_POW_M24 = np.float32(2.0**-24)  # the least float16 subnormal
+
+
+def _njit(fn):
+    """Compile ``fn`` for the CPU without the GIL, cached on disk when a cache dir is writable."""
+    try:
+        return numba.njit(nogil=True, cache=True)(fn)
+    except RuntimeError:  # numba found no writable cache location: compile each run instead
+        return numba.njit(nogil=True)(fn)
+
+
+# Scalar helpers, shared with the CUDA backend. They run as plain Python in the CUDA simulator
+# too, where the values are NumPy scalars: intermediates stay non-negative and within uint32.
+
+
+@_njit
+def _f16_to_f32(h):
+    """Return the float32 equal to the float16 with bits ``h`` (NaN payloads kept, as NumPy)."""
+    bits = np.uint32(h)
+    sign = (bits & 0x8000) << 16
+    exponent = (bits >> 10) & 0x1F
+    mantissa = bits & 0x3FF
+    if exponent == 0x1F:
+        return np.uint32(sign | 0x7F800000 | (mantissa << 13)).view(np.float32)
+    if exponent != 0:
+        return np.uint32(sign | ((exponent + 112) << 23) | (mantissa << 13)).view(np.float32)
+    magnitude = np.float32(mantissa) * _TWO_POW_M24  # zero or subnormal, exact
+    return -magnitude if sign else magnitude
+
+
+@_njit
+def _f32_to_f16(x):
+    """Return the bits of float32 ``x`` rounded to float16, ties to even, NaN kept as NumPy does."""
+    bits = np.float32(x).view(np.uint32)
+    sign = (bits >> 16) & 0x8000
+    magnitude = bits & 0x7FFFFFFF
+    if magnitude > 0x7F800000:  # NaN: keep the payload's top bits, never turning it into inf
+        payload = (magnitude & 0x7FFFFF) >> 13
+        return np.uint16(sign | 0x7C00 | (payload if payload != 0 else 1))
+    if magnitude >= 0x477FF000:  # at least halfway past 65504: infinity
+        return np.uint16(sign | 0x7C00)
+    if magnitude <= 0x33000000:  # at most 2**-25, half the least subnormal: zero
+        return np.uint16(sign)
+    if magnitude >= 0x38800000:  # normal float16: rebias the exponent, drop 13 mantissa bits
+        value = magnitude - 0x38000000
+        shift = 13
+    else:  # subnormal float16: the mantissa with its hidden bit, in units of 2**-24
+        value = (magnitude & 0x7FFFFF) | 0x800000
+        shift = 126 - (magnitude >> 23)
+    half = 1 << (shift - 1)
+    rounded = value >> shift
+    rest = value & ((half << 1) - 1)
+    if rest > half or (rest == half and (rounded & 1) != 0):
+        rounded += 1  # a carry into the exponent is still the right float16
+    return np.uint16(sign | rounded)
+
+
+@_njit
+def _bf16_to_f32(h):
+    """Return the float32 equal to the bfloat16 with bits ``h``."""
+    return np.uint32(np.uint32(h) << 16).view(np.float32)
+
+
+@_njit
+def _f32_to_bf16(x):
+    """Return the bits of float32 ``x`` rounded to bfloat16, ties to even, NaN as ml_dtypes."""
+    bits = np.float32(x).view(np.uint32)
+    if (bits & 0x7FFFFFFF) > 0x7F800000:
+        return np.uint16(((bits >> 16) & 0x8000) | 0x7FC0)
+    return np.uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
+
+
+@_njit
+def _combine(op, x, y):
+    """Return ``op(x, y)``; Min and Max propagate NaN like ``np.minimum`` and ``np.maximum``."""
+    if op == _SUM:
+        return x + y
+    if op == _MIN:
+        return x if x <= y or x != x else y
+    if op == _MAX:
+        return x if x >= y or x != x else y
+    return x * y
+
+
+@_njit
+def _scaled(value, scale):
+    """Return ``value * scale``, or ``value`` itself when ``scale`` is None or 1 (NaNs kept)."""
+    if scale is None:  # pruned at compile time: the CPU kernels' unscaled specialization
+        return value
+    return value if scale == 1 else value * scale
+
+
+@_njit
+def _segment(buffer, offset, size):
+    """Return ``buffer[offset:offset + size]``, raising ValueError when it does not fit."""
+    if offset < 0 or offset + size > buffer.size:
+        raise ValueError("a tensor's segment falls outside the fusion buffer")
+    return buffer[offset : offset + size]
+
+
+@_njit
+def _pack_copy(sources, count, offsets, start, buffer, scale):
+    """Pack ``sources[:count]`` at ``offsets[start:]``, same dtype, times ``scale``."""
+    for k in range(count):
+        src = sources[k]
+        seg = _segment(buffer, offsets[start + k], src.size)
+        for j in range(src.size):
+            seg[j] = _scaled(src[j], scale)
+
+
+@_njit
+def _pack_f16(sources, count, offsets, start, buffer, scale):
+    """Pack float16 bits ``sources[:count]`` into a float32 buffer, times ``scale``."""
+    for k in range(count):
+        src = sources[k]
+        seg = _segment(buffer, offsets[start + k], src.size)
+        for j in range(src.size):
+            seg[j] = _scaled(_f16_to_f32(src[j]), scale)
+
+
+@_njit
+def _pack_bf16(sources, count, offsets, start, buffer, scale):
+    """Pack bfloat16 bits ``sources[:count]`` into a float32 buffer, times ``scale``."""
+    for k in range(count):
+        src = sources[k]
+        seg = _segment(buffer, offsets[start + k], src.size)
+        for j in range(src.size):
+            seg[j] = _scaled(_bf16_to_f32(src[j]), scale)
+
+
+@_njit
+def _unpack_copy(destinations, count, offsets, start, buffer, scale):
+    """Unpack ``destinations[:count]`` from ``offsets[start:]``, same dtype, times ``scale``."""
+    for k in range(count):
+        dst = destinations[k]
+        seg = _segment(buffer, offsets[start + k], dst.size)
+        for j in range(dst.size):
+            dst[j] = _scaled(seg[j], scale)
+
+
+@_njit
+def _unpack_f16(destinations, count, offsets, start, buffer, scale):
+    """Unpack a float32 buffer, times ``scale``, into float16 bits ``destinations[:count]``."""
+    for k in range(count):
+        dst = destinations[k]
+        seg = _segment(buffer, offsets[start + k], dst.size)
+        for j in range(dst.size):
+            dst[j] = _f32_to_f16(_scaled(seg[j], scale))
+
+
+@_njit
+def _unpack_bf16(destinations, count, offsets, start, buffer, scale):
+    """Unpack a float32 buffer, times ``scale``, into bfloat16 bits ``destinations[:count]``."""
+    for k in range(count):
+        dst = destinations[k]
+        seg = _segment(buffer, offsets[start + k], dst.size)
+        for j in range(dst.size):
+            dst[j] = _f32_to_bf16(_scaled(seg[j], scale))
+
+
+@_njit
+def _reduce(dst, a, b, op, scale):
+    """Set ``dst[i] = op(a[i], b[i]) * scale``, with one loop per op so that each vectorizes."""
+    if op == _SUM:
+        _reduce_with(dst, a, b, _SUM, scale)
+    elif op == _MIN:
+        _reduce_with(dst, a, b, _MIN, scale)
+    elif op == _MAX:
+        _reduce_with(dst, a, b, _MAX, scale)
+    else:
+        _reduce_with(dst, a, b, _PRODUCT, scale)
+
+
+@_njit
+def _reduce_with(dst, a, b, op, scale):
+    """Run the loop of ``_reduce`` for a constant ``op``, reading ``dst`` alone when it is ``a``."""
+    if dst.ctypes.data == a.ctypes.data:  # one array read and written: no overlap check to fail
+        for i in range(dst.size):
+            dst[i] = _scaled(_combine(op, dst[i], b[i]), scale)
+    else:
+        for i in range(dst.size):
+            dst[i] = _scaled(_combine(op, a[i], b[i]), scale)
+
+
+_PACK = {kernels._COPY: _pack_copy, kernels._F16: _pack_f16, kernels._BF16: _pack_bf16}
+_UNPACK = {kernels._COPY: _unpack_copy, kernels._F16: _unpack_f16, kernels._BF16: _unpack_bf16}
+
+
+def pack(sources, buffer, offsets, scale=1.0):
+    """Copy ``sources[i]``, times ``scale``, into ``buffer`` from element ``offsets[i]`` on."""
+    if not len(sources):
+        return
+    kind, scale = kernels._conversion(sources[0].dtype, buffer, scale)
+    _run(_PACK[kind], _flat(sources, writing=False), buffer, offsets, scale)
+
+
+def unpack(buffer, offsets, destinations, scale=1.0):
+    """Copy ``buffer`` from element ``offsets[i]`` on, times ``scale``, into ``destinations[i]``."""
+    if not len(destinations):
+        return
+    kind, scale = kernels._conversion(destinations[0].dtype, buffer, scale)
+    _run(_UNPACK[kind], _flat(destinations, writing=True), buffer, offsets, scale)
+
+
+def reduce(dst, a, b, op, scale=1.0):
+    """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` itself."""
+    op, scale = kernels._reduction(dst, a, b, op, scale)
+    _reduce(dst, a, b, op, scale)
+
+
+def empty(n, dtype):
+    """Return a new uninitialized 1-D NumPy buffer of ``n`` elements."""
+    return np.empty(n, dtype)
+
+
+def to_host(device_array, host_array):
+    """Copy ``device_array`` into ``host_array``; on the CPU both are NumPy arrays."""
+    np.copyto(host_array, device_array)
+
+
+def to_device(host_array, device_array):
+    """Copy ``host_array`` into ``device_array``; on the CPU both are NumPy arrays."""
+    np.copyto(device_array, host_array)
+
+
+def _flat(arrays, writing):
+    """Return ``arrays`` as 1-D views of one numba type, 16-bit floats viewed as uint16."""
+    dtype = arrays[0].dtype
+    if any(a.dtype != dtype for a in arrays):
+        names = sorted({str(a.dtype) for a in arrays})
+        raise TypeError(f"the tensors of one call must share a dtype, got {', '.join(names)}")
+    if writing and not all(a.flags.c_contiguous and a.flags.writeable for a in arrays):
+        raise ValueError("destinations must be writeable C-contiguous arrays")
+    flat = [a.ravel() for a in arrays]  # a view, or a copy of a non-contiguous source
+    if not writing and not all(f.flags.writeable for f in flat):
+        for f in flat:  # one read-only source makes the tuple's type read-only throughout
+            f.flags.writeable = False
+    if kernels._is_half(dtype):
+        return [f.view(np.uint16) for f in flat]
+    return flat
+
+
+def _run(kernel, arrays, buffer, offsets, scale):
+    """Call ``kernel`` on ``arrays`` in tuples of ``_WIDTH``, padded with an empty array."""
+    if len(offsets) != len(arrays):
+        raise ValueError(f"{len(arrays)} tensors but {len(offsets)} offsets")
+    if kernels._is_half(buffer.dtype):
+        buffer = buffer.view(np.uint16)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    pad = arrays[0][:0]
+    for start in range(0, len(arrays), _WIDTH):
+        chunk = arrays[start : start + _WIDTH]
+        count = len(chunk)
+        chunk.extend([pad] * (_WIDTH - count))
+        kernel(tuple(chunk), count, offsets, start, buffer, scale)

@@ -1,0 +1,109 @@
+"""Ring allreduce and reduce-scatter over an mpi4py communicator, chunked and pipelined.
+
+Only buffer (uppercase) calls are used: tensor data is never pickled. Each segment is cut
+into chunks; a chunk is forwarded to the right neighbour as soon as it has been received and
+reduced, while the next chunks are still in flight, so sending one piece overlaps reducing
+the previous one. Receives are posted ahead into a few reused scratch slots.
+"""
+
+import time
+from collections import deque
+
+from mpi4py import MPI
+
+from ringtrain import kernels
+from ringtrain.buffers import BufferPool
+from ringtrain.ops import ReduceOp
+from ringtrain.ring import schedule
+
+_TAG = 7
+_WINDOW = 4  # receives posted ahead of the one being reduced
+
+
+class Ring:
+    """The ring collectives of one rank over ``comm`` (a private communicator)."""
+
+    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool: BufferPool | None = None):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.chunk_bytes = chunk_bytes
+        self._pool = pool or BufferPool()
+        self._right = (self.rank + 1) % self.size
+        self._left = (self.rank - 1) % self.size
+
+    def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0) -> int:
+        """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
+
+        Every rank must call this with the same length, dtype and op. Every rank ends with
+        bitwise-identical ``dst``. Returns the ``perf_counter_ns`` time at which this rank's
+        reduce-scatter part ended (the allgather part overlaps its tail).
+        """
+        bounds = schedule.segment_bounds(len(src), self.size)
+        return self._run(src, dst, op, postscale, bounds, allgather=True)
+
+    def reduce_scatter(self, src, dst, op: ReduceOp, postscale: float, bounds) -> None:
+        """Reduce ``src`` over all ranks; afterwards ``dst[bounds[rank]]`` holds this rank's part.
+
+        ``bounds`` lists each rank's (start, stop) range and must be the same on every rank;
+        the rest of ``dst`` is left with partial results.
+        """
+        self._run(src, dst, op, postscale, bounds, allgather=False)
+
+    def _run(self, src, dst, op, postscale, bounds, allgather):
+        backend = kernels.backend_for(dst)
+        if self.size == 1 or len(src) == 0:
+            if len(src) and (src is not dst or postscale != 1.0):
+                backend.pack([src], dst, [0], postscale)
+            return time.perf_counter_ns()
+        steps = schedule.ring_steps(self.rank, self.size, allgather)
+        chunk = max(1, self.chunk_bytes // dst.itemsize)
+        last_reduce = self.size - 2
+        recvs = [
+            (t, lo, hi)
+            for t, step in enumerate(steps)
+            for lo, hi in schedule.chunks(*bounds[step.recv], chunk)
+        ]
+        stride = min(chunk, len(src))
+        scratch = self._pool.get("ring-scratch", _WINDOW * stride, dst.dtype)
+        comm, right, left = self.comm, self._right, self._left
+        # Sends whose source region a later allgather receive overwrites: they must finish
+        # before that receive is posted.
+        hazard_sends = [
+            comm.Isend(src[lo:hi], right, _TAG)
+            for lo, hi in schedule.chunks(*bounds[steps[0].send], chunk)
+        ]
+        final_sends = []
+        posted = deque()
+        next_recv = 0
+
+        def post_ahead():
+            nonlocal next_recv, hazard_sends
+            while next_recv < len(recvs) and len(posted) < _WINDOW:
+                t, lo, hi = recvs[next_recv]
+                if steps[t].reduce:
+                    slot = (next_recv % _WINDOW) * stride
+                    target = scratch[slot : slot + hi - lo]
+                else:
+                    if hazard_sends:
+                        MPI.Request.Waitall(hazard_sends)
+                        hazard_sends = []
+                    target = dst[lo:hi]
+                posted.append((comm.Irecv(target, left, _TAG), t, lo, hi, target))
+                next_recv += 1
+
+        post_ahead()
+        reduce_scatter_end = time.perf_counter_ns()
+        while posted:
+            request, t, lo, hi, target = posted.popleft()
+            request.Wait()
+            if steps[t].reduce:
+                scale = postscale if t == last_reduce else 1.0
+                backend.reduce(dst[lo:hi], src[lo:hi], target, op, scale)
+                reduce_scatter_end = time.perf_counter_ns()
+            if t + 1 < len(steps):
+                sends = hazard_sends if t < last_reduce else final_sends
+                sends.append(comm.Isend(dst[lo:hi], right, _TAG))
+            post_ahead()
+        MPI.Request.Waitall(hazard_sends + final_sends)
+        return reduce_scatter_end

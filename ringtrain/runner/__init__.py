@@ -1,0 +1,1 @@
+"""The launcher: turns hosts and flags into an ``mpirun`` argv list."""

@@ -1,0 +1,128 @@
+"""``ringtrain-run``: read the command line, build the mpirun argv and hand the job to mpirun."""
+
+import argparse
+import os
+import shlex
+import sys
+
+from ringtrain.runner import exports, hosts, hydra, openmpi
+from ringtrain.runner.flavour import Flavour, detect
+from ringtrain.runner.guard import guarded
+from ringtrain.runner.job import Job
+from ringtrain.runner.locate import find_mpirun
+
+_BUILDERS = {Flavour.OPENMPI: openmpi.build_argv, Flavour.HYDRA: hydra.build_argv}
+
+_EPILOG = """\
+examples:
+  ringtrain-run -np 4 python train.py --epochs 3
+  ringtrain-run -np 8 -H node1:4,node2:4 python train.py
+  ringtrain-run -np 8 --hostfile hostfiles/two-machines --network-interface 10.0.0.0/24 \\
+      python train.py
+
+Without -H or --hostfile the job runs on this machine, which it may oversubscribe: Open MPI
+then oversubscribes only when -np exceeds the cores it counts. With hosts, -np must fit
+their slots unless --oversubscribe is given. Python ranks run under a guard that ends the
+whole job when one rank raises or exits non-zero. The exit status is the job's.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``ringtrain-run`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run, e.g. ringtrain-run -np 2 python train.py")
+    try:
+        mpirun = find_mpirun()
+        flavour = detect(mpirun)
+        job = Job(
+            command=tuple(guarded(command)),
+            num_proc=args.num_proc,
+            hosts=_hosts(args),
+            env=tuple(sorted(_settings(args).items())),
+            network_interface=args.network_interface,
+            start_timeout=args.start_timeout,
+            oversubscribe=args.oversubscribe,
+            mpi_args=tuple(shlex.split(args.mpi_args or "")),
+        )
+        launch = _BUILDERS[flavour](mpirun, job)
+    except (OSError, ValueError) as err:
+        print(f"ringtrain-run: error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(shlex.join(launch))
+        return 0
+    if args.verbose:
+        print(f"ringtrain-run: {flavour.value} at {mpirun}", file=sys.stderr)
+        print(f"ringtrain-run: {shlex.join(launch)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(launch[0], launch)
+
+
+def _hosts(args):
+    if args.hosts is None and args.hostfile is None:
+        return None
+    if args.hostfile is not None:
+        found, source = hosts.parse_hostfile(args.hostfile), args.hostfile
+    else:
+        found, source = hosts.parse_host_list(args.hosts), "-H"
+    hosts.check_slots(found, args.num_proc, source, args.oversubscribe)
+    return tuple(found)
+
+
+def _settings(args):
+    return exports.settings_env(
+        os.environ,
+        fusion_threshold_mb=args.fusion_threshold_mb,
+        cycle_time_ms=args.cycle_time_ms,
+        timeline_filename=args.timeline_filename,
+        stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
+        stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,
+        hierarchical_allreduce=args.hierarchical_allreduce,
+    )
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="ringtrain-run",
+        description="Launch a ringtrain job with mpirun (Open MPI 5 or MPICH/Hydra).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("-np", "--num-proc", type=int, required=True, help="number of ranks")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", help="hosts and slots, e.g. node1:2,node2:2")
+    where.add_argument("-hostfile", "--hostfile", help="Open MPI hostfile ('host slots=N' lines)")
+    parser.add_argument(
+        "--oversubscribe", action="store_true", help="allow more ranks than the hosts' slots"
+    )
+    parser.add_argument(
+        "--network-interface",
+        help="interface names (eth0,eth1) or a CIDR subnet (10.0.0.0/24) for MPI's data and "
+        "control traffic",
+    )
+    parser.add_argument(
+        "--start-timeout", type=int, help="end the job if its ranks are not all started in time (s)"
+    )
+    tuning = parser.add_argument_group("ringtrain settings, exported to every rank")
+    tuning.add_argument("--fusion-threshold-mb", type=float, help="fusion buffer size in MiB")
+    tuning.add_argument("--cycle-time-ms", type=float, help="engine cycle time in milliseconds")
+    tuning.add_argument("--timeline-filename", help="write a Chrome-trace timeline to this file")
+    tuning.add_argument(
+        "--stall-check-warning-time-seconds", type=float, help="warn about stalled tensors after"
+    )
+    tuning.add_argument(
+        "--stall-check-shutdown-time-seconds", type=float, help="stop the job on a stall after"
+    )
+    tuning.add_argument(
+        "--hierarchical-allreduce", action="store_true", help="reduce within hosts first"
+    )
+    parser.add_argument("--mpi-args", help='extra mpirun arguments, e.g. "--mca btl ^openib"')
+    parser.add_argument("--verbose", action="store_true", help="print the MPI found and command")
+    parser.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its args")
+    return parser

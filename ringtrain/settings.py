@@ -1,0 +1,122 @@
+"""The one reader of ringtrain's settings: ``RINGTRAIN_*`` variables and ``init()`` keywords."""
+
+import dataclasses
+import math
+import os
+import warnings
+
+PREFIX = "RINGTRAIN_"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Tunables of one ringtrain process; read once at ``init()``."""
+
+    cycle_time_ms: float = 1.0
+    fusion_threshold: int = 64 * 1024 * 1024
+    timeline: str | None = None
+    stall_check_seconds: float = 60.0
+    stall_shutdown_seconds: float | None = None
+    cache_capacity: int = 1024
+    ring_chunk_bytes: int = 1024 * 1024
+    hierarchical_allreduce: bool = False
+
+
+def _parse_bool(text):
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _parse_number(kind, minimum, *, strict_min=False, optional=False):
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text):
+        if optional and (text is None or str(text).strip() == ""):
+            return None
+        if isinstance(text, bool):
+            raise ValueError(f"expected {noun}, not a bool")
+        try:
+            value = kind(text.strip() if isinstance(text, str) else text)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected {noun}") from None
+        if kind is float and not math.isfinite(value):
+            raise ValueError("expected a finite number")
+        if kind is int and isinstance(text, float) and text != value:
+            raise ValueError("expected a whole number")
+        if value < minimum or (strict_min and value == minimum):
+            bound = ">" if strict_min else ">="
+            raise ValueError(f"expected a number {bound} {minimum}")
+        return value
+
+    return parse
+
+
+def _parse_path(text):
+    text = str(text).strip()
+    return text or None
+
+
+# field name -> (environment variable without the prefix, parser)
+_FIELDS = {
+    "cycle_time_ms": ("CYCLE_TIME", _parse_number(float, 0.0, strict_min=True)),
+    "fusion_threshold": ("FUSION_THRESHOLD", _parse_number(int, 0)),
+    "timeline": ("TIMELINE", _parse_path),
+    "stall_check_seconds": ("STALL_CHECK_SECONDS", _parse_number(float, 0.0)),
+    "stall_shutdown_seconds": (
+        "STALL_SHUTDOWN_SECONDS",
+        _parse_number(float, 0.0, strict_min=True, optional=True),
+    ),
+    "cache_capacity": ("CACHE_CAPACITY", _parse_number(int, 0)),
+    "ring_chunk_bytes": ("RING_CHUNK_BYTES", _parse_number(int, 1)),
+    "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
+}
+
+
+def env_name(field: str) -> str:
+    """Return the environment variable that sets ``field``."""
+    return PREFIX + _FIELDS[field][0]
+
+
+def read(environ=None, **overrides) -> Settings:
+    """Build Settings from ``environ`` (default ``os.environ``), then keyword overrides.
+
+    A bad value raises ValueError naming the variable or keyword, the value and what was expected.
+    """
+    environ = os.environ if environ is None else environ
+    known = {PREFIX + var for var, _ in _FIELDS.values()}
+    unknown = sorted(k for k in environ if k.startswith(PREFIX) and k not in known)
+    for name in unknown:
+        warnings.warn(
+            f"ignoring unknown setting {name}; known settings are {', '.join(sorted(known))}",
+            stacklevel=2,
+        )
+    values = {}
+    for field, (var, parse) in _FIELDS.items():
+        if PREFIX + var in environ:
+            values[field] = _apply(parse, environ[PREFIX + var], PREFIX + var)
+    for field, value in overrides.items():
+        if field not in _FIELDS:
+            raise TypeError(
+                f"init() got an unknown setting {field!r}; known settings are "
+                f"{', '.join(sorted(_FIELDS))}"
+            )
+        if value is not None or field in ("timeline", "stall_shutdown_seconds"):
+            parse = _FIELDS[field][1]
+            values[field] = value if value is None else _apply(parse, value, field)
+    return Settings(**values)
+
+
+def _apply(parse, raw, label):
+    if isinstance(raw, bool) and parse is _parse_bool:
+        return raw
+    try:
+        return parse(raw)
+    except ValueError as err:
+        raise ValueError(f"bad value {raw!r} for {label}: {err}") from None

@@ -1,0 +1,35 @@
+"""Where this process sits: global, per-host (local) and across-host (cross) rank and size."""
+
+import dataclasses
+
+from mpi4py import MPI
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Ranks and sizes of one process in its communicator, its host and across hosts."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+
+
+def discover(comm: MPI.Comm) -> Topology:
+    """Read the topology of ``comm`` from MPI itself (collective over ``comm``)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    cross = comm.Split(color=local.Get_rank(), key=comm.Get_rank())
+    try:
+        return Topology(
+            comm.Get_rank(),
+            comm.Get_size(),
+            local.Get_rank(),
+            local.Get_size(),
+            cross.Get_rank(),
+            cross.Get_size(),
+        )
+    finally:
+        local.Free()
+        cross.Free()

@@ -1,0 +1,80 @@
+"""Allgather, broadcast, alltoall, reducescatter and the object collectives against NumPy."""
+
+import ml_dtypes
+import numpy as np
+from common import OPS, assert_equal, expected, main, rank_data
+
+import ringtrain
+
+
+def body():
+    ringtrain.init()
+    r, n = ringtrain.rank(), ringtrain.size()
+
+    for dtype in (np.uint8, np.int64, np.float16, ml_dtypes.bfloat16, np.float64):
+        # Allgather: rank i contributes i rows (rank 0 none), trailing shape (3,).
+        got = ringtrain.allgather(rank_data(r, (r, 3), dtype), name=f"ag.{np.dtype(dtype)}")
+        want = np.concatenate([rank_data(i, (i, 3), dtype) for i in range(n)])
+        assert_equal(got, want, f"allgather {np.dtype(dtype)}")
+
+        # Broadcast from every root.
+        for root in range(n):
+            got = ringtrain.broadcast(
+                rank_data(r, (2, 5), dtype), root, name=f"bc.{np.dtype(dtype)}.{root}"
+            )
+            assert_equal(got, rank_data(root, (2, 5), dtype), f"broadcast root {root}")
+
+    # Broadcast of zero-length and 0-d arrays.
+    assert_equal(ringtrain.broadcast(np.zeros(0, np.int32), 0), np.zeros(0, np.int32), "bc 0")
+    assert_equal(ringtrain.broadcast(np.float32(r), n - 1), np.float32(n - 1), "bc 0-d")
+
+    # Alltoall with uneven splits: rank i sends (i + j) % 3 rows to rank j.
+    def splits_of(i):
+        return [(i + j) % 3 for j in range(n)]
+
+    def rows_of(i):
+        return rank_data(i, (sum(splits_of(i)), 2), np.int32)
+
+    got = ringtrain.alltoall(rows_of(r), splits=splits_of(r), name="a2a")
+    pieces = []
+    for i in range(n):
+        start = sum(splits_of(i)[:r])
+        pieces.append(rows_of(i)[start : start + splits_of(i)[r]])
+    assert_equal(got, np.concatenate(pieces), "alltoall uneven")
+    # Alltoall without splits spreads rows evenly, first ranks one more.
+    got = ringtrain.alltoall(np.arange(2 * n + 1, dtype=np.float32) + 100 * r, name="a2a.even")
+    base = (2 * n + 1) // n
+    extra = (2 * n + 1) % n
+    start = r * base + min(r, extra)
+    count = base + (1 if r < extra else 0)
+    want = np.concatenate(
+        [np.arange(start, start + count, dtype=np.float32) + 100 * i for i in range(n)]
+    )
+    assert_equal(got, want, "alltoall even")
+
+    # Reducescatter of uneven rows for every op.
+    rows = 2 * n + 1
+    for op in OPS:
+        for dtype in (np.int32, np.float32, np.float16):
+            full = expected(op, [rank_data(i, (rows, 3), dtype, 7) for i in range(n)], dtype)
+            got = ringtrain.reducescatter(
+                rank_data(r, (rows, 3), dtype, 7), op=op, name=f"rs.{op.name}.{np.dtype(dtype)}"
+            )
+            base, extra = divmod(rows, n)
+            start = r * base + min(r, extra)
+            assert_equal(
+                got,
+                full[start : start + base + (1 if r < extra else 0)],
+                f"reducescatter {op.name} {np.dtype(dtype)}",
+            )
+
+    # Objects.
+    obj = ringtrain.broadcast_object({"epoch": 3, "from": r} if r == n - 1 else None, n - 1)
+    assert obj == {"epoch": 3, "from": n - 1}, obj
+    assert ringtrain.allgather_object(("rank", r, "x" * r)) == [
+        ("rank", i, "x" * i) for i in range(n)
+    ]
+    ringtrain.shutdown()
+
+
+main(body)

@@ -1,0 +1,96 @@
+"""Helpers for the scripts that run under mpirun: rank-distinct data and NumPy answers."""
+
+import sys
+import traceback
+
+import ml_dtypes
+import numpy as np
+
+import ringtrain
+
+DTYPES = [
+    np.uint8, np.int8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16, np.float32,
+    np.float64,
+]  # fmt: skip
+OPS = [ringtrain.Sum, ringtrain.Average, ringtrain.Min, ringtrain.Max, ringtrain.Product]
+
+
+def rank_data(rank, shape, dtype, salt=0):
+    """Return data that differs per rank, reproducible on every rank; small enough for Product."""
+    rng = np.random.default_rng([rank, salt])
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0 if dtype.kind == "u" else -5, 6, size=shape).astype(dtype)
+    return rng.uniform(-2, 2, size=shape).astype(dtype)
+
+
+def expected(op, arrays, dtype):
+    """Return NumPy's answer for ``op`` over the per-rank ``arrays`` (Product wraps like ints)."""
+    dtype = np.dtype(dtype)
+    wide = np.float64 if dtype.kind == "f" or dtype == ml_dtypes.bfloat16 else dtype
+    stack = np.stack([a.astype(wide) for a in arrays])
+    if op == ringtrain.Sum:
+        result = stack.sum(axis=0, dtype=wide)
+    elif op == ringtrain.Average:
+        total = stack.sum(axis=0, dtype=wide)
+        result = total // len(arrays) if dtype.kind in "iu" else total / len(arrays)
+    elif op == ringtrain.Min:
+        result = stack.min(axis=0)
+    elif op == ringtrain.Max:
+        result = stack.max(axis=0)
+    else:
+        result = stack.prod(axis=0, dtype=wide)
+    return result.astype(dtype)
+
+
+def tolerance(dtype):
+    """Return (rtol, atol) for comparing a ``dtype`` reduction with NumPy's."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return 2e-3, 2e-3
+    if dtype == ml_dtypes.bfloat16:
+        return 1.6e-2, 1.6e-2
+    if dtype == np.float32:
+        return 1e-5, 1e-5
+    return 1e-12, 0
+
+
+def assert_equal(got, want, what):
+    """Fail with ``what`` unless ``got`` matches ``want`` in dtype, shape and values."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind in "iu":
+        ok = np.array_equal(got, want)
+    else:
+        rtol, atol = tolerance(want.dtype)
+        ok = np.allclose(got.astype(np.float64), want.astype(np.float64), rtol, atol)
+    if not ok:
+        bad = np.argwhere(~np.isclose(got.astype(np.float64), want.astype(np.float64)))[:5]
+        raise AssertionError(
+            f"{what}: differs at {bad.tolist()}: got {got.ravel()[:8]}, expected {want.ravel()[:8]}"
+        )
+
+
+def same_bits_everywhere(array, what):
+    """Fail unless every rank holds bitwise-identical ``array`` (checked over plain MPI)."""
+    from mpi4py import MPI
+
+    digest = np.ascontiguousarray(array).view(np.uint8).tobytes()
+    everyone = MPI.COMM_WORLD.allgather(digest)
+    assert all(d == everyone[0] for d in everyone), f"{what}: ranks hold different bits"
+
+
+def main(body):
+    """Run ``body`` under ringtrain; on any failure print it with the rank and abort the job."""
+    try:
+        body()
+    except BaseException:
+        sys.stderr.write(
+            f"rank {ringtrain.rank() if ringtrain.is_initialized() else '?'}: "
+            f"FAILED\n{traceback.format_exc()}"
+        )
+        sys.stderr.flush()
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)

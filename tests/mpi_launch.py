@@ -1,0 +1,53 @@
+"""Run a script under a real ``mpirun`` with a timeout, so a hang fails instead of stalling."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ringtrain.runner.locate import find_mpirun
+
+SCRIPTS = Path(__file__).parent / "mpi"
+
+
+def run(script: str, np: int, *args, timeout: float = 120, env: dict | None = None):
+    """Run tests/mpi/``script`` on ``np`` ranks; return the CompletedProcess (text output)."""
+    command = [
+        find_mpirun(),
+        "-np", str(np),
+        "--oversubscribe", "--bind-to", "none",
+        sys.executable, str(SCRIPTS / script), *map(str, args),
+    ]  # fmt: skip
+    full_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(SCRIPTS.parent.parent), str(SCRIPTS), full_env.get("PYTHONPATH", "")]
+    )
+    full_env.update(env or {})
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(
+                f"{script} on {np} ranks hung past {timeout} s\nstdout:\n{out}\nstderr:\n{err}"
+            ) from None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def check(script: str, np: int, *args, timeout: float = 120, env: dict | None = None):
+    """Run like ``run`` and fail the test, with the output, unless every rank exited 0."""
+    result = run(script, np, *args, timeout=timeout, env=env)
+    assert result.returncode == 0, (
+        f"{script} on {np} ranks exited {result.returncode}\n"
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result

@@ -1,0 +1,71 @@
+"""Behaviour under a real mpirun at 1 to 4 ranks (oversubscribed), each run with a timeout."""
+
+import json
+
+import pytest
+from mpi_launch import check, run
+
+WORLDS = [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("np", WORLDS)
+def test_allreduce_every_dtype_and_op(np):
+    check("check_allreduce.py", np, timeout=240)
+
+
+@pytest.mark.parametrize("np", WORLDS)
+def test_engine_async_fusion_groups_join(np):
+    check("check_engine.py", np)
+
+
+@pytest.mark.parametrize("np", WORLDS)
+def test_other_collectives(np):
+    check("check_collectives.py", np)
+
+
+@pytest.mark.parametrize("np", WORLDS)
+def test_error_paths(np):
+    check("check_errors.py", np)
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_stall_warns_then_stops_the_job(np):
+    result = check("check_stall.py", np, 3.0, timeout=60)
+    assert "ringtrain: warning: tensor 'lonely' has waited" in result.stderr
+    assert f"for ranks [{np - 1}]" in result.stderr
+    assert "ringtrain: error: stopping the job" in result.stderr
+    for r in range(np):
+        assert f"rank {r}: StallError: tensor" in result.stdout
+        assert f"rank {r}: then EngineStoppedError" in result.stdout
+
+
+def test_timeline_is_valid_json_with_every_phase(tmp_path):
+    path = tmp_path / "timeline.json"
+    check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(path)})
+    events = json.loads(path.read_text())
+    phases = {e["name"] for e in events if e["ph"] != "M"}
+    assert {
+        "ENQUEUE",
+        "NEGOTIATE",
+        "MEMCPY_IN_FUSION_BUFFER",
+        "REDUCE_SCATTER",
+        "ALLGATHER",
+        "MEMCPY_OUT_FUSION_BUFFER",
+    } <= phases
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert {"layer0", "layer1", "layer2", "layer3", "gathered"} <= tracks
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0
+
+
+def test_timeline_per_rank_files(tmp_path):
+    check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(tmp_path / "t{rank}.json")})
+    for r in range(2):
+        assert json.loads((tmp_path / f"t{r}.json").read_text())
+
+
+def test_bad_setting_fails_fast_with_its_name():
+    result = run("check_timeline.py", 1, env={"RINGTRAIN_CYCLE_TIME": "soon"}, timeout=60)
+    assert result.returncode != 0
+    assert "bad value 'soon' for RINGTRAIN_CYCLE_TIME" in result.stderr

@@ -1,0 +1,80 @@
+"""``ringtrain-run --hostfile`` across test hosts made of network namespaces, over TCP.
+
+Three hosts (2, 1 and 1 slots) get their own network namespace, address in 10.231.0.0/24 and
+hostname (see ``multihost/netns_cluster.py``); Open MPI reaches them through a remote-shell
+agent instead of ssh. Needs root and ``ip`` (iproute2); skipped where namespaces cannot be made.
+"""
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from multihost import bounded, netns_cluster
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "tests/multihost"
+SLOTS = [2, 1, 1]
+DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Make the namespace hosts and a hostfile naming them; remove them whatever happens."""
+    reason = netns_cluster.why_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with netns_cluster.cluster(len(SLOTS)) as hosts:
+        hostfile = tmp_path_factory.mktemp("multihost") / "hosts"
+        hostfile.write_text(
+            "".join(f"{name} slots={slots}\n" for name, slots in zip(hosts, SLOTS, strict=True))
+        )
+        yield list(hosts), hostfile
+
+
+def _launch(cluster, *command):
+    names, hostfile = cluster
+    mpi_args = [
+        *("--prtemca", "plm_ssh_agent", netns_cluster.agent()),
+        # the test hosts share this machine's cores: ranks waiting in MPI must yield them
+        *("--mca", "mpi_yield_when_idle", "1"),
+    ]
+    runner = [
+        sys.executable, "-m", "ringtrain.runner",
+        "-np", str(sum(SLOTS)), "--hostfile", str(hostfile),
+        "--network-interface", netns_cluster.SUBNET, "--start-timeout", "60",
+        "--mpi-args", shlex.join(mpi_args),
+        sys.executable, *command,
+    ]  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    return bounded.run(netns_cluster.on_host(names[0], runner), 120, cwd=hostfile.parent, env=env)
+
+
+def test_allreduce_and_training_across_hosts(cluster):
+    names, _ = cluster
+    layout = ",".join(f"{name}:{slots}" for name, slots in zip(names, SLOTS, strict=True))
+    done, _ = _launch(cluster, str(SCRIPTS / "train_check.py"), layout)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    passed = re.findall(r"rank (\d) on (\S+): all checks passed", done.stdout)
+    placed = [name for name, slots in zip(names, SLOTS, strict=True) for _ in range(slots)]
+    assert sorted(passed) == [(str(rank), name) for rank, name in enumerate(placed)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "rank", "message"),
+    [
+        ("raise", 3, r"rank 3 on host {2} raised RuntimeError"),
+        ("kill", 2, r"process rank 2 with PID \d+ on node {1} exited on\s+signal 9"),
+    ],
+    ids=["raised", "killed"],
+)
+def test_a_dead_rank_on_another_host_ends_the_job(cluster, mode, rank, message):
+    names, _ = cluster
+    done, took = _launch(cluster, str(SCRIPTS / "failing_rank.py"), mode, str(rank))
+    assert done.returncode != 0
+    assert re.search(message.format(*names), done.stderr), done.stderr
+    assert took < DEADLINE

@@ -1,0 +1,171 @@
+"""The coordinator, fusion planner and stall inspector, driven directly (no MPI)."""
+
+import pytest
+
+from ringtrain.engine import fusion, messages
+from ringtrain.engine.messages import Meta
+from ringtrain.engine.negotiation import Coordinator
+from ringtrain.engine.stall import StallInspector
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _coordinator(size, threshold=1 << 20, capacity=16, warn=60.0, shutdown=None):
+    clock = _Clock()
+    stall = StallInspector(warn, shutdown)
+    return Coordinator(size, threshold, capacity, stall, clock=clock), clock
+
+
+def _ar(name, shape=(4,), dtype="float32", op=1, **kw):
+    return Meta(name=name, kind=messages.ALLREDUCE, dtype=dtype, shape=shape, op=op, **kw)
+
+
+def test_ready_only_when_every_rank_submitted_in_any_order():
+    coord, _ = _coordinator(3)
+    coord.add(0, [_ar("a"), _ar("b")])
+    coord.add(2, [_ar("b")])
+    assert coord.responses() == []
+    coord.add(1, [_ar("b"), _ar("a")])
+    coord.add(2, [_ar("a")])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and sorted(response.names) == ["a", "b"]
+    assert not coord.pending()
+
+
+def test_fusion_respects_threshold_and_key():
+    units = [[_ar(n, shape=(256,))] for n in "abcd"]  # 1 KiB each
+    units.append([_ar("e", shape=(256,), dtype="float64")])
+    units.append([_ar("f", shape=(256,), op=4)])
+    plan = fusion.plan(units, threshold=2048)
+    assert [[m.name for m in f] for f in plan] == [["a", "b"], ["c", "d"], ["e"], ["f"]]
+    assert [[m.name for m in f] for f in fusion.plan(units, threshold=0)] == [[n] for n in "abcdef"]
+
+
+def test_float16_counts_as_float32_in_the_buffer():
+    assert fusion.nbytes_in_buffer(_ar("h", shape=(10,), dtype="float16")) == 40
+    assert fusion.nbytes_in_buffer(_ar("b", shape=(3, 2), dtype="bfloat16")) == 24
+
+
+@pytest.mark.parametrize(
+    ("field", "other", "shown"),
+    [
+        ("shape", {"shape": (5,)}, "rank 0: (4,), rank 1: (5,)"),
+        ("dtype", {"dtype": "float64"}, "rank 0: float32, rank 1: float64"),
+        ("op", {"op": 4}, "rank 0: Sum, rank 1: Max"),
+        ("prescale", {"prescale": 2.0}, "rank 0: 1.0, rank 1: 2.0"),
+        ("postscale", {"postscale": 0.5}, "rank 0: 1.0, rank 1: 0.5"),
+    ],
+)
+def test_mismatch_names_tensor_field_and_values(field, other, shown):
+    coord, _ = _coordinator(2)
+    coord.add(0, [_ar("w")])
+    coord.add(1, [_ar("w", **other)])
+    (response,) = coord.responses()
+    assert response.error == f"tensor 'w': {field} differs across ranks ({shown})"
+    coord.add(0, [_ar("next")])
+    coord.add(1, [_ar("next")])
+    (after,) = coord.responses()
+    assert after.error is None and after.names == ["next"]
+
+
+def test_broadcast_root_and_kind_mismatch():
+    coord, _ = _coordinator(2)
+    b = Meta(name="x", kind=messages.BROADCAST, dtype="int32", shape=(2,), root=0)
+    coord.add(0, [b])
+    coord.add(1, [Meta(name="x", kind=messages.BROADCAST, dtype="int32", shape=(2,), root=1)])
+    assert "root differs across ranks (rank 0: 0, rank 1: 1)" in coord.responses()[0].error
+    coord.add(0, [b])
+    coord.add(1, [_ar("x", dtype="int32", shape=(2,))])
+    assert "operation differs across ranks (rank 0: broadcast, rank 1: allreduce)" in (
+        coord.responses()[0].error
+    )
+
+
+def test_allgather_first_dimension_may_differ_but_not_the_rest():
+    coord, _ = _coordinator(2)
+    coord.add(0, [Meta(name="g", kind=messages.ALLGATHER, dtype="int8", shape=(0, 3))])
+    coord.add(1, [Meta(name="g", kind=messages.ALLGATHER, dtype="int8", shape=(5, 3))])
+    (response,) = coord.responses()
+    assert response.error is None
+    assert [m.shape for m in response.per_rank[0]] == [(0, 3), (5, 3)]
+    coord.add(0, [Meta(name="h", kind=messages.ALLGATHER, dtype="int8", shape=(1, 3))])
+    coord.add(1, [Meta(name="h", kind=messages.ALLGATHER, dtype="int8", shape=(1, 4))])
+    assert "trailing_shape differs" in coord.responses()[0].error
+
+
+def test_cache_ids_stand_for_metas_after_first_negotiation():
+    coord, _ = _coordinator(2)
+    coord.add(0, [_ar("a")])
+    coord.add(1, [_ar("a")])
+    (response,) = coord.responses()
+    ident = response.cache_ids["a"][0]
+    assert response.cache_ids["a"] == [ident, ident]
+    coord.add(0, [ident])
+    coord.add(1, [_ar("a", shape=(9,))])  # rank 1 changed its mind: still detected
+    assert "shape differs" in coord.responses()[0].error
+
+
+def test_cache_capacity_zero_assigns_no_ids():
+    coord, _ = _coordinator(1, capacity=0)
+    coord.add(0, [_ar("a")])
+    assert coord.responses()[0].cache_ids == {"a": [None]}
+
+
+def test_grouped_tensors_wait_for_the_whole_group():
+    coord, _ = _coordinator(2)
+    group = ("g.0", "g.1")
+    coord.add(0, [_ar("g.0", group=group), _ar("g.1", group=group)])
+    coord.add(1, [_ar("g.0", group=group)])
+    assert coord.responses() == []
+    coord.add(1, [_ar("g.1", group=group)])
+    (response,) = coord.responses()
+    assert response.names == ["g.0", "g.1"]
+
+
+def test_join_lets_others_proceed_and_completes_when_all_joined():
+    coord, _ = _coordinator(3)
+    join = Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
+    coord.add(1, [join])
+    coord.add(0, [_ar("a")])
+    coord.add(2, [_ar("a")])
+    (response,) = coord.responses()
+    assert response.names == ["a"] and response.joined == (1,)
+    a2a = Meta(name="t", kind=messages.ALLTOALL, dtype="int8", shape=(3,), splits=(1, 1, 1))
+    coord.add(0, [a2a])
+    coord.add(2, [a2a])
+    assert "cannot run while ranks [1] have joined" in coord.responses()[0].error
+    coord.add(2, [join])
+    coord.add(0, [join])
+    (done,) = coord.responses()
+    assert done.kind == messages.JOIN and done.last_joined == 0
+
+
+def test_shutdown_from_any_rank_stops_everyone():
+    coord, _ = _coordinator(2)
+    coord.add(1, [messages.SHUTDOWN_REQUEST])
+    (stop,) = coord.responses()
+    assert stop.kind == messages.STOP and stop.error == "rank 1 called shutdown()"
+
+
+def test_stall_warns_once_naming_missing_ranks_then_fails():
+    coord, clock = _coordinator(3, warn=5.0, shutdown=20.0)
+    coord.add(0, [_ar("slow")])
+    coord.add(2, [_ar("slow")])
+    assert coord.check_stalls() == ([], [])
+    clock.now = 6.0
+    warnings, fatal = coord.check_stalls()
+    assert fatal == [] and len(warnings) == 1
+    assert "'slow' has waited 6.0 s for ranks [1]" in warnings[0]
+    clock.now = 7.0
+    assert coord.check_stalls() == ([], [])
+    clock.now = 21.0
+    _, fatal = coord.check_stalls()
+    assert "'slow'" in fatal[0] and "ranks [1]" in fatal[0]
+    stop = coord.stop(fatal[0], "stall")
+    assert stop.kind == messages.STOP and stop.names == ["slow"]

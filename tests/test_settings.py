@@ -1,0 +1,53 @@
+"""The settings reader: defaults, environment, keywords and clear errors."""
+
+import pytest
+
+from ringtrain import settings
+
+
+def test_defaults():
+    s = settings.read({})
+    assert s.cycle_time_ms == 1.0 and s.fusion_threshold == 64 * 1024 * 1024
+    assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
+
+
+def test_environment_then_keywords_win():
+    env = {"RINGTRAIN_CYCLE_TIME": "2.5", "RINGTRAIN_FUSION_THRESHOLD": "1024"}
+    s = settings.read(env, fusion_threshold=0)
+    assert s.cycle_time_ms == 2.5 and s.fusion_threshold == 0
+    assert settings.read({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "Yes"}).hierarchical_allreduce
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"RINGTRAIN_CYCLE_TIME": "0"},
+            "bad value '0' for RINGTRAIN_CYCLE_TIME: expected a number > 0",
+        ),
+        ({"RINGTRAIN_CYCLE_TIME": "fast"}, "RINGTRAIN_CYCLE_TIME: expected a number"),
+        ({"RINGTRAIN_FUSION_THRESHOLD": "1.5"}, "RINGTRAIN_FUSION_THRESHOLD: expected an integer"),
+        ({"RINGTRAIN_FUSION_THRESHOLD": "-1"}, "expected a number >= 0"),
+        ({"RINGTRAIN_STALL_CHECK_SECONDS": "nan"}, "expected a finite number"),
+        ({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "maybe"}, "expected one of 1/0, true/false"),
+    ],
+)
+def test_bad_environment_values_name_variable_and_value(env, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        settings.read(env)
+
+
+def test_bad_keyword_and_unknown_keyword():
+    with pytest.raises(ValueError, match="bad value -1 for cycle_time_ms"):
+        settings.read({}, cycle_time_ms=-1)
+    with pytest.raises(TypeError, match="unknown setting 'cycle'"):
+        settings.read({}, cycle=1)
+
+
+def test_unknown_variable_warns():
+    with pytest.warns(UserWarning, match="ignoring unknown setting RINGTRAIN_CYCLETIME"):
+        settings.read({"RINGTRAIN_CYCLETIME": "1"})
+
+
+def test_env_name():
+    assert settings.env_name("stall_shutdown_seconds") == "RINGTRAIN_STALL_SHUTDOWN_SECONDS"
