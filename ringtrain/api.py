@@ -14,7 +14,7 @@ import pickle
 import numpy as np
 
 from ringtrain import settings as settings_module
-from ringtrain.dtypes import check_supported, is_integer
+from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
 from ringtrain.engine import messages
 from ringtrain.engine.core import Engine
 from ringtrain.engine.handle import Handle
@@ -23,6 +23,7 @@ from ringtrain.ops import Average, ReduceOp, as_reduce_op
 from ringtrain.ring.schedule import segment_bounds
 from ringtrain.topology import Topology, discover
 
+_SUPPORTED = frozenset(SUPPORTED)
 _engine: Engine | None = None
 _topology: Topology | None = None
 _counters: dict[str, itertools.count] = {}
@@ -143,6 +144,8 @@ def _is_device(array) -> bool:
 
 
 def _host_array(tensor, what: str) -> np.ndarray:
+    if type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.dtype in _SUPPORTED:
+        return tensor  # the common case, checked cheaply
     array = np.asarray(tensor)
     try:
         check_supported(array.dtype)
@@ -168,6 +171,8 @@ def _name(kind: str, name) -> str:
 
 
 def _scale(value, label, dtype) -> float:
+    if value == 1.0 and type(value) in (float, int):
+        return 1.0
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -180,6 +185,8 @@ def _scale(value, label, dtype) -> float:
 
 
 def _op(op, average):
+    if type(op) is ReduceOp and average is None:
+        return op
     if average is not None and op is not None:
         raise ValueError("give op or the older average flag, not both")
     if average is not None:
@@ -229,8 +236,8 @@ def allreduce_async(
     meta = messages.Meta(
         name=_name("allreduce", name),
         kind=messages.ALLREDUCE,
-        dtype=str(dtype),
-        shape=tuple(int(d) for d in array.shape),
+        dtype=name_of(dtype),
+        shape=array.shape,
         op=int(op),
         prescale=_scale(prescale_factor, "prescale_factor", dtype),
         postscale=_scale(postscale_factor, "postscale_factor", dtype),
@@ -278,7 +285,7 @@ def allgather_async(tensor, name=None) -> Handle:
     meta = messages.Meta(
         name=_name("allgather", name),
         kind=messages.ALLGATHER,
-        dtype=str(array.dtype),
+        dtype=name_of(array.dtype),
         shape=array.shape,
     )
     return engine.submit(meta, array).handle
@@ -297,7 +304,7 @@ def broadcast_async(tensor, root_rank, name=None) -> Handle:
     meta = messages.Meta(
         name=_name("broadcast", name),
         kind=messages.BROADCAST,
-        dtype=str(array.dtype),
+        dtype=name_of(array.dtype),
         shape=array.shape,
         root=root,
     )
@@ -340,7 +347,7 @@ def alltoall_async(tensor, splits=None, name=None) -> Handle:
     meta = messages.Meta(
         name=_name("alltoall", name),
         kind=messages.ALLTOALL,
-        dtype=str(array.dtype),
+        dtype=name_of(array.dtype),
         shape=array.shape,
         splits=splits,
     )
@@ -367,7 +374,7 @@ def reducescatter_async(
     meta = messages.Meta(
         name=_name("reducescatter", name),
         kind=messages.REDUCESCATTER,
-        dtype=str(array.dtype),
+        dtype=name_of(array.dtype),
         shape=array.shape,
         op=int(op),
         prescale=_scale(prescale_factor, "prescale_factor", array.dtype),

@@ -11,6 +11,7 @@ SUPPORTED = tuple(
 )
 
 _BY_NAME = {str(d): d for d in SUPPORTED}
+_NAMES = {d: str(d) for d in SUPPORTED}
 
 _WIDENED = {np.dtype(np.float16): np.dtype(np.float32), bfloat16: np.dtype(np.float32)}
 
@@ -22,6 +23,11 @@ def check_supported(dtype) -> np.dtype:
         names = ", ".join(str(d) for d in SUPPORTED)
         raise TypeError(f"unsupported dtype {dtype}; expected one of {names}")
     return dtype
+
+
+def name_of(dtype) -> str:
+    """Return the name a supported dtype travels under in metas (its ``str()``)."""
+    return _NAMES[dtype]
 
 
 def by_name(name: str) -> np.dtype:

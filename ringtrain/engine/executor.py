@@ -63,8 +63,7 @@ class Executor:
             for name in names:
                 self._timeline.span(name, phase, start, end)
 
-    def _reduction(self, response):
-        meta = response.metas[0]
+    def _reduction(self, response, meta):
         op = ReduceOp(meta.op)
         contributors = self.size - len(response.joined)
         postscale = meta.postscale
@@ -74,18 +73,18 @@ class Executor:
                 postscale = postscale / contributors
         return op, postscale, contributors
 
-    def _finish_average(self, response, outputs, contributors):
-        meta = response.metas[0]
+    def _finish_average(self, meta, outputs, contributors):
         if meta.op == ReduceOp.Average and is_integer(meta.dtype):
             for out in outputs:
                 if out is not None:
                     np.floor_divide(out, contributors, out=out)
 
     def _allreduce(self, response, requests):
-        metas = response.metas
+        # The response carries metas only when some rank has joined (and so has no request).
+        metas = response.metas or [r.meta for r in requests]
         dtype = by_name(metas[0].dtype)
         wire = reduction_dtype(dtype)
-        op, postscale, contributors = self._reduction(response)
+        op, postscale, contributors = self._reduction(response, metas[0])
         prescale = metas[0].prescale
         present = [r for r in requests if r is not None]
         backend = kernels.backend_for(present[0].array) if present else _CPU
@@ -129,7 +128,7 @@ class Executor:
             kept = [o for o in outputs if o is not None]
             backend.unpack(staging, source_offsets, kept, 1.0)
             unpacked = tl.now_ns()
-        self._finish_average(response, outputs, contributors)
+        self._finish_average(metas[0], outputs, contributors)
         names = response.names
         self._span(names, tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
         self._span(names, tl.REDUCE_SCATTER, packed, reduced)
@@ -190,7 +189,7 @@ class Executor:
         start = tl.now_ns()
         dtype = by_name(meta.dtype)
         wire = reduction_dtype(dtype)
-        op, postscale, contributors = self._reduction(response)
+        op, postscale, contributors = self._reduction(response, meta)
         row = math.prod(meta.shape[1:])
         row_bounds = segment_bounds(meta.shape[0], self.size)
         bounds = [(lo * row, hi * row) for lo, hi in row_bounds]
@@ -203,7 +202,7 @@ class Executor:
         first, last = row_bounds[self.rank]
         out = np.empty((last - first, *meta.shape[1:]), dtype)
         _CPU.unpack(buf[lo:hi], [0], [out], 1.0)
-        self._finish_average(response, [out], contributors)
+        self._finish_average(meta, [out], contributors)
         self._span([meta.name], tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
         self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
         self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())

@@ -2,9 +2,9 @@
 
 import math
 
-import numpy as np
+from ringtrain.dtypes import SUPPORTED, reduction_dtype
 
-from ringtrain.dtypes import reduction_dtype
+_ITEMSIZE_IN_BUFFER = {str(d): reduction_dtype(d).itemsize for d in SUPPORTED}
 
 
 def fusion_key(meta) -> tuple:
@@ -14,7 +14,7 @@ def fusion_key(meta) -> tuple:
 
 def nbytes_in_buffer(meta) -> int:
     """Return the bytes ``meta``'s tensor takes in a fusion buffer (16-bit floats widen)."""
-    return math.prod(meta.shape) * reduction_dtype(np.dtype(meta.dtype)).itemsize
+    return math.prod(meta.shape) * _ITEMSIZE_IN_BUFFER[meta.dtype]
 
 
 def plan(units, threshold: int) -> list[list]:

@@ -4,24 +4,33 @@ import threading
 
 
 class Handle:
-    """The future result of one submitted collective."""
+    """The future result of one submitted collective.
 
-    __slots__ = ("name", "_event", "_result", "_error")
+    Completion releases a lock taken at creation: far cheaper than an Event on the
+    per-tensor path, and waiters still block without spinning.
+    """
+
+    __slots__ = ("name", "_pending", "_done", "_result", "_error")
 
     def __init__(self, name: str):
         self.name = name
-        self._event = threading.Event()
+        self._pending = threading.Lock()
+        self._pending.acquire()
+        self._done = False
         self._result = None
         self._error = None
 
     def done(self) -> bool:
         """Return True once the result (or error) is in."""
-        return self._event.is_set()
+        return self._done
 
     def wait(self):
         """Block until done; return the result or raise the error."""
-        while not self._event.wait(0.5):
-            pass
+        if not self._done:
+            # Short timeouts keep Ctrl-C working while a collective waits for other ranks.
+            while not self._pending.acquire(timeout=0.5):
+                pass
+            self._pending.release()
         if self._error is not None:
             raise self._error
         return self._result
@@ -29,12 +38,16 @@ class Handle:
     def complete(self, result) -> None:
         """Set the result (engine thread only)."""
         self._result = result
-        self._event.set()
+        self._finish()
 
     def fail(self, error: BaseException) -> None:
         """Set the error (engine thread only)."""
         self._error = error
-        self._event.set()
+        self._finish()
+
+    def _finish(self):
+        self._done = True
+        self._pending.release()
 
 
 class Request:

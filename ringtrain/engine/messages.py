@@ -1,6 +1,7 @@
 """What ranks tell the coordinator, and what the coordinator tells every rank."""
 
 import dataclasses
+import typing
 
 ALLREDUCE = "allreduce"
 ALLGATHER = "allgather"
@@ -12,9 +13,11 @@ JOIN = "join"
 JOIN_NAME = "__ringtrain_join__"
 
 
-@dataclasses.dataclass(frozen=True)
-class Meta:
-    """What a rank submitted under one name: everything but the data."""
+class Meta(typing.NamedTuple):
+    """What a rank submitted under one name: everything but the data.
+
+    A named tuple: cheap to build, compare, hash and pickle on the per-tensor path.
+    """
 
     name: str
     kind: str
@@ -50,7 +53,8 @@ def field_value(meta: Meta, field: str):
 class Response:
     """One decision of the coordinator that every rank carries out in the same order.
 
-    ``metas`` holds, per name, the meta of the lowest rank that submitted it; ``per_rank``
+    ``metas`` holds, per name, the meta of the lowest rank that submitted it (left empty for
+    an allreduce that no rank has joined: each rank then has its own); ``per_rank``
     holds, per name, every rank's meta (None for a rank that has joined) where the kind needs
     them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine.
     """

@@ -30,6 +30,7 @@ class Coordinator:
         self._shutdown_by: int | None = None
         self._cache_meta: dict[int, Meta] = {}
         self._cache_id: dict[Meta, int] = {}
+        self._uncached: dict[str, set[int]] = {}  # name -> ranks that sent a full meta
 
     def pending(self) -> bool:
         """Return True while some name waits for ranks that have not submitted it."""
@@ -43,7 +44,11 @@ class Coordinator:
                 if self._shutdown_by is None:
                     self._shutdown_by = rank
                 continue
-            meta = self._cache_meta[entry] if isinstance(entry, int) else entry
+            if isinstance(entry, int):
+                meta = self._cache_meta[entry]
+            else:
+                meta = entry
+                self._uncached.setdefault(meta.name, set()).add(rank)
             if meta.kind == messages.JOIN:
                 if rank not in self._joined:
                     self._joined.append(rank)
@@ -55,7 +60,7 @@ class Coordinator:
             self._note_if_ready(meta.name, now)
 
     def _note_if_ready(self, name, now):
-        if name in self._ready_at:
+        if name in self._ready_at or len(self._table[name]) + len(self._joined) < self.size:
             return
         if not self._missing(name):
             self._ready.append(name)
@@ -92,10 +97,12 @@ class Coordinator:
                 out.append(self._single(canon[0]))
         for fused in fusion.plan(allreduce_units, self.fusion_threshold):
             out.append(self._response(messages.ALLREDUCE, fused))
+        if taken:
+            self._ready = [name for name in self._ready if name not in taken]
         for name in taken:
-            self._ready.remove(name)
             del self._table[name]
             del self._ready_at[name]
+            self._uncached.pop(name, None)
         if len(self._joined) == self.size:
             out.append(Response(messages.JOIN, [messages.JOIN_NAME], last_joined=self._joined[-1]))
             self._joined = []
@@ -120,19 +127,17 @@ class Coordinator:
         per_rank = None
         if kind in (messages.ALLGATHER, messages.ALLTOALL):
             per_rank = [[self._table[n].get(r) for r in range(self.size)] for n in names]
-        return Response(
-            kind,
-            names,
-            metas,
-            per_rank=per_rank,
-            joined=tuple(sorted(self._joined)),
-            cache_ids={n: self._cache_ids(n) for n in names},
-        )
+        joined = tuple(sorted(self._joined))
+        if kind == messages.ALLREDUCE and not joined:
+            metas = []  # every rank has its own metas; keep the steady-state message small
+        cache_ids = {n: self._cache_ids(n) for n in names if n in self._uncached}
+        return Response(kind, names, metas, per_rank, joined, cache_ids=cache_ids)
 
     def _cache_ids(self, name):
+        """Return per rank the cache id for the full meta it sent (None where it sent an id)."""
         ids = []
         for rank in range(self.size):
-            meta = self._table[name].get(rank)
+            meta = self._table[name].get(rank) if rank in self._uncached[name] else None
             ident = self._cache_id.get(meta) if meta is not None else None
             if meta is not None and ident is None and len(self._cache_id) < self.cache_capacity:
                 ident = len(self._cache_id)
@@ -143,14 +148,14 @@ class Coordinator:
 
     def _canonical(self, name):
         metas = self._table[name]
-        return metas[min(metas)]
+        return metas[0] if 0 in metas else metas[min(metas)]
 
     def _disagreement(self, name):
         by_rank = self._table[name]
-        ranks = sorted(by_rank)
-        first = by_rank[ranks[0]]
-        kinds = {m.kind for m in by_rank.values()}
-        if len(kinds) > 1:
+        first = self._canonical(name)
+        if not self._joined and all(m == first for m in by_rank.values()):
+            return None  # the steady-state case: every rank sent the same meta
+        if len({m.kind for m in by_rank.values()}) > 1:
             return _mismatch(name, "operation", by_rank, lambda m: m.kind)
         if self._joined:
             if first.kind in _JOIN_UNSUPPORTED:

@@ -9,6 +9,7 @@ the previous one. Receives are posted ahead into a few reused scratch slots.
 import time
 from collections import deque
 
+import numpy as np
 from mpi4py import MPI
 
 from ringtrain import kernels
@@ -67,13 +68,16 @@ class Ring:
         stride = min(chunk, len(src))
         scratch = self._pool.get("ring-scratch", _WINDOW * stride, dst.dtype)
         comm, right, left = self.comm, self._right, self._left
-        # Sends whose source region a later allgather receive overwrites: they must finish
-        # before that receive is posted.
-        hazard_sends = [
+        # Sends whose source region a later allgather receive overwrites must finish before
+        # that receive is posted: reduce-scatter forwards, and the first sends when the data
+        # is reduced in place.
+        first_sends = [
             comm.Isend(src[lo:hi], right, _TAG)
             for lo, hi in schedule.chunks(*bounds[steps[0].send], chunk)
         ]
-        final_sends = []
+        in_place = np.may_share_memory(src, dst)
+        hazard_sends = first_sends if in_place else []
+        final_sends = [] if in_place else first_sends
         posted = deque()
         next_recv = 0
 
