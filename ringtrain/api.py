@@ -16,15 +16,15 @@ import numpy as np
 from ringtrain import settings as settings_module
 from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
 from ringtrain.engine import messages
-from ringtrain.engine.core import Engine
 from ringtrain.engine.handle import Handle
 from ringtrain.errors import NotInitializedError, RingtrainError
+from ringtrain.kernels import is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op
 from ringtrain.ring.schedule import segment_bounds
-from ringtrain.topology import Topology, discover
+from ringtrain.topology import Topology
 
 _SUPPORTED = frozenset(SUPPORTED)
-_engine: Engine | None = None
+_engine = None  # the Engine between init() and shutdown()
 _topology: Topology | None = None
 _counters: dict[str, itertools.count] = {}
 _atexit_registered = False
@@ -40,7 +40,12 @@ def init(comm=None, **settings) -> None:
     if _engine is not None:
         return
     config = settings_module.read(**settings)
+    # Imported here, not at the top: importing mpi4py.MPI initialises MPI, which a launcher
+    # process or a script that sets mpi4py.rc first must not have done for it.
     from mpi4py import MPI
+
+    from ringtrain.engine.core import Engine
+    from ringtrain.topology import discover
 
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise RingtrainError(
@@ -100,7 +105,7 @@ def _topo() -> Topology:
     return _topology
 
 
-def _the_engine() -> Engine:
+def _the_engine():
     if _engine is None:
         raise NotInitializedError("ringtrain is not initialised: call ringtrain.init() first")
     return _engine
@@ -139,10 +144,6 @@ def cross_rank() -> int:
 # -- inputs ---------------------------------------------------------------------------
 
 
-def _is_device(array) -> bool:
-    return hasattr(array, "__cuda_array_interface__")
-
-
 def _host_array(tensor, what: str) -> np.ndarray:
     if type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.dtype in _SUPPORTED:
         return tensor  # the common case, checked cheaply
@@ -156,7 +157,7 @@ def _host_array(tensor, what: str) -> np.ndarray:
 
 
 def _input(tensor, what: str, allow_device: bool = False):
-    if _is_device(tensor):
+    if is_device_array(tensor):
         if not allow_device:
             raise TypeError(f"{what} takes host (NumPy) arrays; got a device array")
         check_supported(tensor.dtype)
@@ -197,14 +198,14 @@ def _op(op, average):
 def _check_out(out, array):
     if out is None:
         return None
-    if _is_device(array) != _is_device(out):
+    if is_device_array(array) != is_device_array(out):
         raise TypeError("out must live where the input lives (host or device)")
     if tuple(out.shape) != tuple(array.shape) or np.dtype(out.dtype) != np.dtype(array.dtype):
         raise ValueError(
             f"out has shape {tuple(out.shape)} and dtype {out.dtype}; expected shape "
             f"{tuple(array.shape)} and dtype {array.dtype}"
         )
-    if not _is_device(out) and not out.flags.c_contiguous:
+    if not is_device_array(out) and not out.flags.c_contiguous:
         raise ValueError("out must be C-contiguous")
     return out
 
@@ -231,7 +232,7 @@ def allreduce_async(
     array = _input(tensor, "allreduce", allow_device=True)
     op = _op(op, average)
     dtype = np.dtype(array.dtype)
-    if op == ReduceOp.Average and is_integer(dtype) and _is_device(array):
+    if op == ReduceOp.Average and is_integer(dtype) and is_device_array(array):
         raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
     meta = messages.Meta(
         name=_name("allreduce", name),

@@ -2,8 +2,6 @@
 
 import dataclasses
 
-from mpi4py import MPI
-
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
@@ -17,8 +15,10 @@ class Topology:
     cross_size: int
 
 
-def discover(comm: MPI.Comm) -> Topology:
+def discover(comm) -> Topology:
     """Read the topology of ``comm`` from MPI itself (collective over ``comm``)."""
+    from mpi4py import MPI
+
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     cross = comm.Split(color=local.Get_rank(), key=comm.Get_rank())
     try:

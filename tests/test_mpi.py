@@ -69,3 +69,13 @@ def test_bad_setting_fails_fast_with_its_name():
     result = run("check_timeline.py", 1, env={"RINGTRAIN_CYCLE_TIME": "soon"}, timeout=60)
     assert result.returncode != 0
     assert "bad value 'soon' for RINGTRAIN_CYCLE_TIME" in result.stderr
+
+
+@pytest.mark.parametrize("np", [1, 3, 4])
+def test_init_on_rank_lists_and_user_communicators(np):
+    check("check_init.py", np)
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
+    check("check_cuda_sim.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)

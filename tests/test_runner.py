@@ -1,5 +1,6 @@
 """The launcher's pure parts: hostfiles, argv lists per MPI flavour, settings, guard, dry run."""
 
+import os
 import shlex
 import subprocess
 import sys
@@ -11,11 +12,12 @@ import pytest
 from ringtrain import settings
 from ringtrain.runner import cli, exports, hydra, openmpi
 from ringtrain.runner.flavour import Flavour, parse_version
-from ringtrain.runner.guard import guarded
+from ringtrain.runner.guard import STARTED, guarded
 from ringtrain.runner.hosts import (
     Host,
     HostfileError,
     check_slots,
+    host_of_rank,
     parse_host_list,
     parse_hostfile,
 )
@@ -90,6 +92,11 @@ def test_host_list():
         parse_host_list("a slots=2")
 
 
+def test_ranks_fill_the_slots_in_order():
+    hosts = [Host("a", 2), Host("b", 1)]
+    assert [host_of_rank(hosts, rank) for rank in range(4)] == ["a", "a", "b", None]
+
+
 def test_np_must_fit_the_slots_unless_oversubscribing():
     hosts = [Host("a", 2), Host("b", 2)]
     check_slots(hosts, 4, "my-hosts", oversubscribe=False)
@@ -120,14 +127,12 @@ def test_openmpi_argv_with_everything():
         hosts=(Host("node a", 2), Host("b", 2)),
         env=ENV,
         network_interface="10.0.0.0/24",
-        start_timeout=45,
         mpi_args=("--mca", "btl", "^openib"),
     )
     assert openmpi.build_argv("mpirun", job) == [
         "mpirun", "-np", "4", "--allow-run-as-root", "--bind-to", "none",
         "--map-by", "slot", "--output", "tag",
         "--host", "node a:2,b:2",
-        "--spawn-timeout", "45",
         "--mca", "btl_tcp_if_include", "10.0.0.0/24",
         "--prtemca", "oob_tcp_if_include", "10.0.0.0/24",
         "-x", "RINGTRAIN_CYCLE_TIME=2.5", "-x", "RINGTRAIN_TIMELINE=/tmp/my run's.json",
@@ -166,7 +171,6 @@ def test_hydra_argv_with_everything():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"start_timeout": 30}, "Hydra has no launch timeout"),
         ({"network_interface": "10.0.0.0/24"}, "single interface name"),
         ({"network_interface": "eth0,eth1"}, "single interface name"),
     ],
@@ -181,7 +185,6 @@ def test_hydra_refuses_what_it_cannot_do(changes, message):
     [
         ({"command": ()}, "no command"),
         ({"num_proc": 0}, "-np must be at least 1"),
-        ({"start_timeout": 0}, "--start-timeout must be at least 1"),
         ({"network_interface": "10.0.0.0/33"}, "--network-interface"),
         ({"network_interface": "eth0,"}, "empty entry"),
     ],
@@ -270,14 +273,26 @@ def test_guard_goes_in_front_of_python_scripts_only(command, expected):
     assert guarded(command) == expected
 
 
+def test_guard_announces_the_start_when_asked():
+    assert guarded(["python", "-u", "t.py"], announce=True) == [
+        "python", "-u", *GUARD, "--announce", "t.py",
+    ]  # fmt: skip
+    assert guarded(["./train.sh"], announce=True) == ["./train.sh"]
+
+
 def test_guard_runs_a_script_as_python_would(tmp_path):
     (tmp_path / "helper.py").write_text("VALUE = 'sibling'\n")
     (tmp_path / "main.py").write_text(
         "import sys, helper\nprint(__name__, sys.argv[1:], helper.VALUE)\n"
     )
-    argv = [sys.executable, *GUARD, str(tmp_path / "main.py"), "a b", "-c"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
-    assert (done.returncode, done.stdout) == (0, "__main__ ['a b', '-c'] sibling\n"), done.stderr
+    argv = [sys.executable, *GUARD, "--announce", str(tmp_path / "main.py"), "a b", "-c"]
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "5"}
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "@@ringtrain-run: rank 5 started@@\n__main__ ['a b', '-c'] sibling\n"
+    assert STARTED.fullmatch(done.stdout.splitlines()[0].encode())[1] == b"5"
 
 
 # the command line, without launching

@@ -54,6 +54,61 @@ def test_a_dead_rank_ends_the_job(tmp_path, mode, status, message):
     assert took < DEADLINE
 
 
+def test_start_timeout_relays_output_without_the_start_lines(tmp_path):
+    done, _ = _launch(
+        tmp_path, "--start-timeout", "60", "-np", "2", sys.executable, FAILING_RANK, "none", "0"
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == [
+        f"[1,{rank}]<stdout>: rank {rank} on {socket.gethostname()} finished, sum 1"
+        for rank in (0, 1)
+    ]
+
+
+def test_ranks_that_do_not_start_in_time_end_the_job(tmp_path):
+    hanging = tmp_path / "hanging-agent.sh"
+    hanging.write_text("#!/bin/sh\nexec sleep 300\n")
+    hanging.chmod(0o755)
+    done, took = _launch(
+        tmp_path,
+        "--start-timeout", "3", "-np", "2", "-H", "localhost:1,unreachable-test-host:1",
+        "--mpi-args", f"--prtemca plm_ssh_agent {hanging}",
+        sys.executable, FAILING_RANK, "none", "0",
+    )  # fmt: skip
+    assert done.returncode == 124, done.stderr
+    assert (
+        "ringtrain-run: rank 0 on localhost; rank 1 on unreachable-test-host did not start "
+        "within 3 s; ending the job"
+    ) in done.stderr
+    assert took < DEADLINE
+    assert not _processes_mentioning(str(tmp_path)), "the hanging agent was left running"
+
+
+def test_a_failed_launch_keeps_mpiruns_status_under_the_watchdog(tmp_path):
+    done, took = _launch(
+        tmp_path,
+        "--start-timeout", "60", "-np", "2", "-H", "localhost:1,unreachable-test-host:1",
+        "--mpi-args", "--prtemca plm_ssh_agent false",
+        sys.executable, FAILING_RANK, "none", "0",
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode not in (0, 124), output
+    assert "did not start" not in output and "daemon failed to report back" in output
+    assert took < DEADLINE
+
+
+def _processes_mentioning(text):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                if text.encode() in file.read():
+                    found.append(entry)
+        except (FileNotFoundError, NotADirectoryError, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
 def test_settings_reach_every_rank(tmp_path, monkeypatch):
     monkeypatch.setenv("RINGTRAIN_CYCLE_TIME", "3.5")
     show = (

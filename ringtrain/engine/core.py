@@ -98,9 +98,8 @@ class Engine:
             self._shutdown_asked = True
         self._wakeup.set()
         self._thread.join()
-        for request in self._sends:
-            if not request.Test():
-                request.Cancel()
+        # Every control message has been matched (see _finish), so this cannot block long.
+        MPI.Request.Waitall(self._sends)
         self._ctrl.Free()
         self._data.Free()
         if self._timeline is not None:
@@ -140,6 +139,7 @@ class Engine:
             for response in responses:
                 if response.kind == messages.STOP:
                     self._stop(_stop_error(response))
+                    self._finish()
                     return
                 self._execute(response)
             if self._sends:
@@ -157,6 +157,21 @@ class Engine:
             sleep = min(sleep * 2, busy_sleep if waiting else idle_sleep)
             self._wakeup.wait(sleep)
             self._wakeup.clear()
+
+    def _finish(self):
+        """Leave no control message unmatched, so freed communicators carry nothing stale.
+
+        A message left in flight on a freed communicator can corrupt the next communicator
+        that MPI builds with the same context id. Each rank sends the coordinator a last
+        message, after all its others; the coordinator drains until it has every one.
+        """
+        if self._coordinator is None:
+            self._sends.append(self._ctrl.isend(messages.FINISHED, 0, _TAG_REQUEST))
+            return
+        finished = 0
+        while finished < self.size - 1:
+            if self._ctrl.recv(source=MPI.ANY_SOURCE, tag=_TAG_REQUEST) == messages.FINISHED:
+                finished += 1
 
     def _send_submissions(self) -> bool:
         with self._lock:

@@ -118,12 +118,13 @@ class Executor:
             source_offsets = [o for r, o in zip(requests, offsets, strict=True) if r is not None]
             staging = host if backend is _CPU else backend.empty(len(host), wire)
             backend.pack(sources, staging, source_offsets, prescale)
-            if staging is not host:
+            staged = staging is not host and len(host) > 0
+            if staged:
                 backend.to_host(staging, host)
             packed = tl.now_ns()
             reduced = self.ring.allreduce(host, host, op, postscale)
             gathered = tl.now_ns()
-            if staging is not host:
+            if staged:
                 backend.to_device(host, staging)
             kept = [o for o in outputs if o is not None]
             backend.unpack(staging, source_offsets, kept, 1.0)

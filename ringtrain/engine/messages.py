@@ -72,3 +72,4 @@ class Response:
 
 STOP = "stop"
 SHUTDOWN_REQUEST = "shutdown"
+FINISHED = "finished"  # a rank's last control message, after it has stopped

@@ -34,11 +34,15 @@ _F16 = "f16"  # float16 tensor, float32 buffer
 _BF16 = "bf16"  # bfloat16 tensor, float32 buffer
 
 
+def is_device_array(array) -> bool:
+    """Return True for an array in GPU memory (``__cuda_array_interface__`` or numba's own)."""
+    # numba's own device arrays, the simulator's fakes included, are marked __cuda_ndarray__.
+    return hasattr(array, "__cuda_array_interface__") or getattr(array, "__cuda_ndarray__", False)
+
+
 def backend_for(array):
     """Return the CUDA backend for an array with ``__cuda_array_interface__``, else the CPU one."""
-    # numba's own device arrays, the simulator's fakes included, are marked __cuda_ndarray__.
-    on_gpu = hasattr(array, "__cuda_array_interface__") or getattr(array, "__cuda_ndarray__", False)
-    return _backend("cuda" if on_gpu else "cpu")
+    return _backend("cuda" if is_device_array(array) else "cpu")
 
 
 @functools.cache

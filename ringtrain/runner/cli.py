@@ -5,10 +5,10 @@ import os
 import shlex
 import sys
 
-from ringtrain.runner import exports, hosts, hydra, openmpi
+from ringtrain.runner import exports, hosts, hydra, openmpi, watchdog
 from ringtrain.runner.flavour import Flavour, detect
 from ringtrain.runner.guard import guarded
-from ringtrain.runner.job import Job
+from ringtrain.runner.job import Job, LaunchError
 from ringtrain.runner.locate import find_mpirun
 
 _BUILDERS = {Flavour.OPENMPI: openmpi.build_argv, Flavour.HYDRA: hydra.build_argv}
@@ -23,7 +23,8 @@ examples:
 Without -H or --hostfile the job runs on this machine, which it may oversubscribe: Open MPI
 then oversubscribes only when -np exceeds the cores it counts. With hosts, -np must fit
 their slots unless --oversubscribe is given. Python ranks run under a guard that ends the
-whole job when one rank raises or exits non-zero. The exit status is the job's.
+whole job when one rank raises or exits non-zero. The exit status is the job's; with
+--start-timeout, it is 124 when some rank did not start in time.
 """
 
 
@@ -34,16 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to run, e.g. ringtrain-run -np 2 python train.py")
+    if args.start_timeout is not None and args.start_timeout <= 0:
+        parser.error(f"--start-timeout must be positive, not {args.start_timeout:g}")
     try:
         mpirun = find_mpirun()
         flavour = detect(mpirun)
         job = Job(
-            command=tuple(guarded(command)),
+            command=tuple(_command(command, args.start_timeout is not None)),
             num_proc=args.num_proc,
             hosts=_hosts(args),
             env=tuple(sorted(_settings(args).items())),
             network_interface=args.network_interface,
-            start_timeout=args.start_timeout,
             oversubscribe=args.oversubscribe,
             mpi_args=tuple(shlex.split(args.mpi_args or "")),
         )
@@ -59,7 +61,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ringtrain-run: {shlex.join(launch)}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(launch[0], launch)
+    if args.start_timeout is None:
+        os.execv(launch[0], launch)
+    return watchdog.supervise(launch, job.num_proc, args.start_timeout, _where(job.hosts))
+
+
+def _command(command, announce):
+    wrapped = guarded(command, announce)
+    if announce and wrapped == command:
+        raise LaunchError(
+            "--start-timeout needs a Python command (python script.py, -m module or -c code): "
+            "its ranks report their start through ringtrain's rank guard"
+        )
+    return wrapped
+
+
+def _where(found):
+    if found is None:
+        return lambda rank: "this machine"
+    return lambda rank: hosts.host_of_rank(list(found), rank) or "an oversubscribed slot"
 
 
 def _hosts(args):
@@ -93,35 +113,53 @@ def _parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("-np", "--num-proc", type=int, required=True, help="number of ranks")
+    parser.add_argument(
+        "-np", "--num-proc", type=int, required=True, metavar="N", help="number of ranks"
+    )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("-H", "--hosts", help="hosts and slots, e.g. node1:2,node2:2")
-    where.add_argument("-hostfile", "--hostfile", help="Open MPI hostfile ('host slots=N' lines)")
+    where.add_argument("-H", "--hosts", metavar="HOST:N,...", help="hosts and slots")
+    where.add_argument(
+        "-hostfile", "--hostfile", metavar="FILE", help="Open MPI hostfile ('host slots=N' lines)"
+    )
     parser.add_argument(
         "--oversubscribe", action="store_true", help="allow more ranks than the hosts' slots"
     )
     parser.add_argument(
         "--network-interface",
-        help="interface names (eth0,eth1) or a CIDR subnet (10.0.0.0/24) for MPI's data and "
-        "control traffic",
+        metavar="NICS|CIDR",
+        help="interface names (eth0,eth1) or a subnet (10.0.0.0/24) for MPI's data and control "
+        "traffic",
     )
     parser.add_argument(
-        "--start-timeout", type=int, help="end the job if its ranks are not all started in time (s)"
+        "--start-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="end the job (exit status 124) unless every rank has started within this time",
     )
     tuning = parser.add_argument_group("ringtrain settings, exported to every rank")
-    tuning.add_argument("--fusion-threshold-mb", type=float, help="fusion buffer size in MiB")
-    tuning.add_argument("--cycle-time-ms", type=float, help="engine cycle time in milliseconds")
-    tuning.add_argument("--timeline-filename", help="write a Chrome-trace timeline to this file")
+    tuning.add_argument("--fusion-threshold-mb", type=float, metavar="MIB", help="fusion buffer")
+    tuning.add_argument("--cycle-time-ms", type=float, metavar="MS", help="engine cycle time")
+    tuning.add_argument("--timeline-filename", metavar="FILE", help="Chrome-trace timeline file")
     tuning.add_argument(
-        "--stall-check-warning-time-seconds", type=float, help="warn about stalled tensors after"
+        "--stall-check-warning-time-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="warn about a tensor that some ranks have not submitted after this time",
     )
     tuning.add_argument(
-        "--stall-check-shutdown-time-seconds", type=float, help="stop the job on a stall after"
+        "--stall-check-shutdown-time-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="stop the job when a tensor stays stalled this long",
     )
     tuning.add_argument(
-        "--hierarchical-allreduce", action="store_true", help="reduce within hosts first"
+        "--hierarchical-allreduce",
+        action="store_true",
+        help="reduce within each host, then across hosts",
     )
-    parser.add_argument("--mpi-args", help='extra mpirun arguments, e.g. "--mca btl ^openib"')
+    parser.add_argument(
+        "--mpi-args", metavar="ARGS", help='extra mpirun arguments, e.g. "--mca btl ^openib"'
+    )
     parser.add_argument("--verbose", action="store_true", help="print the MPI found and command")
     parser.add_argument("--dry-run", action="store_true", help="print the mpirun command and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program to run and its args")

@@ -4,6 +4,8 @@ Without it, a rank whose script raises runs ``MPI_Finalize`` on its way out and 
 ranks that wait for it in a collective: the job hangs. ``ringtrain-run`` starts Python ranks as
 ``python -m ringtrain.runner.guard script.py ...``; on an uncaught exception or a non-zero
 ``sys.exit`` the guard prints which rank on which host failed and calls ``MPI_Abort``.
+With ``--announce`` first, the guard also prints a line saying that its rank has started,
+which ``ringtrain-run --start-timeout`` waits for.
 """
 
 import os
@@ -13,15 +15,19 @@ import socket
 import sys
 
 _GUARD = ["-m", "ringtrain.runner.guard"]
+_ANNOUNCE = "--announce"
+_STARTED_LINE = "@@ringtrain-run: rank {} started@@"
+STARTED = re.compile(re.escape(_STARTED_LINE).replace(r"\{\}", r"(\d+)").encode())
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
 _FLAGS = re.compile(r"-[bBdEiIOPqsSuvx]+|-[WX].+")  # interpreter options that stand alone
 
 
-def guarded(command: list[str]) -> list[str]:
+def guarded(command: list[str], announce: bool = False) -> list[str]:
     """Return ``command`` with the guard put in front of its script, if it is a Python command.
 
     ``python [options] script.py args``, ``python [options] -m module args`` and
     ``python [options] -c code args`` are guarded; anything else is returned unchanged.
+    With ``announce``, each rank prints a line that ``STARTED`` matches before the script runs.
     """
     if not command or not _PYTHON.fullmatch(os.path.basename(command[0])):
         return list(command)
@@ -29,7 +35,8 @@ def guarded(command: list[str]) -> list[str]:
     while index < len(command):
         arg = command[index]
         if arg in ("-m", "-c") or not arg.startswith("-"):
-            return command[:index] + _GUARD + command[index:]
+            guard = [*_GUARD, _ANNOUNCE] if announce else _GUARD
+            return command[:index] + guard + command[index:]
         if arg in ("-W", "-X"):
             index += 2
         elif _FLAGS.fullmatch(arg):
@@ -42,6 +49,9 @@ def guarded(command: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     """Run ``script.py args``, ``-m module args`` or ``-c code args`` as Python would."""
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == [_ANNOUNCE]:
+        args = args[1:]
+        print(_STARTED_LINE.format(_rank_from_environment()), flush=True)
     try:
         _run(args)
     except SystemExit as exc:

@@ -33,14 +33,18 @@ def parse_host_list(text: str) -> list[Host]:
     return _parse_entries("-H", [item.strip() for item in text.split(",")], hostfile=False)
 
 
-def total_slots(hosts: list[Host]) -> int:
-    """Return the number of slots over all ``hosts``."""
-    return sum(host.slots for host in hosts)
+def host_of_rank(hosts: list[Host], rank: int) -> str | None:
+    """Return the host that ``rank`` lands on when ranks fill the slots in order, if any."""
+    for host in hosts:
+        if rank < host.slots:
+            return host.name
+        rank -= host.slots
+    return None
 
 
 def check_slots(hosts: list[Host], num_proc: int, source: str, oversubscribe: bool) -> None:
     """Raise HostfileError if ``num_proc`` ranks do not fit the slots, unless oversubscribing."""
-    slots = total_slots(hosts)
+    slots = sum(host.slots for host in hosts)
     if num_proc > slots and not oversubscribe:
         raise HostfileError(
             f"{source}: -np {num_proc} is more than the {slots} slots listed; "

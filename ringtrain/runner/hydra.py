@@ -10,8 +10,6 @@ def build_argv(mpiexec: str, job: Job) -> list[str]:
     ``-bind-to none``, prefixes output with the rank, and sets every ``RINGTRAIN_*``
     setting on every rank with ``-genv``. It neither refuses root nor limits ranks per host.
     """
-    if job.start_timeout is not None:
-        raise LaunchError("MPICH/Hydra has no launch timeout; drop --start-timeout")
     argv = [mpiexec, "-n", str(job.num_proc), "-bind-to", "none", "-prepend-rank"]
     if job.hosts is not None:
         argv += ["-hosts", ",".join(f"{host.name}:{host.slots}" for host in job.hosts)]

@@ -19,7 +19,6 @@ class Job:
     hosts: tuple[Host, ...] | None = None
     env: tuple[tuple[str, str], ...] = ()
     network_interface: str | None = None
-    start_timeout: int | None = None
     oversubscribe: bool = False
     mpi_args: tuple[str, ...] = ()
 
@@ -28,8 +27,6 @@ class Job:
             raise LaunchError("no command to run")
         if self.num_proc < 1:
             raise LaunchError(f"-np must be at least 1, not {self.num_proc}")
-        if self.start_timeout is not None and self.start_timeout < 1:
-            raise LaunchError(f"--start-timeout must be at least 1 s, not {self.start_timeout}")
         if self.network_interface is not None:
             _check_network_interface(self.network_interface)
 

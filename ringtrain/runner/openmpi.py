@@ -17,8 +17,6 @@ def build_argv(mpirun: str, job: Job) -> list[str]:
     argv += ["--map-by", "slot:OVERSUBSCRIBE" if oversubscribe else "slot", "--output", "tag"]
     if job.hosts is not None:
         argv += ["--host", ",".join(f"{host.name}:{host.slots}" for host in job.hosts)]
-    if job.start_timeout is not None:
-        argv += ["--spawn-timeout", str(job.start_timeout)]
     if job.network_interface is not None:
         nics = job.network_interface
         argv += ["--mca", "btl_tcp_if_include", nics, "--prtemca", "oob_tcp_if_include", nics]

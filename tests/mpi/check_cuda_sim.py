@@ -1,0 +1,31 @@
+"""Device arrays (the CUDA simulator) go through the engine and come back as device arrays."""
+
+import ml_dtypes
+import numpy as np
+from common import assert_equal, expected, main, rank_data
+from numba import cuda
+
+import ringtrain
+
+
+def body():
+    ringtrain.init()
+    r, n = ringtrain.rank(), ringtrain.size()
+    for dtype in (np.float32, np.float64, np.int32, np.float16, ml_dtypes.bfloat16):
+        for op in (ringtrain.Sum, ringtrain.Max):
+            for shape in ((0,), (1,), (37, 3)):
+                host = rank_data(r, shape, dtype)
+                got = ringtrain.allreduce(
+                    cuda.to_device(host), op=op, name=f"{np.dtype(dtype)}.{op.name}.{shape}"
+                )
+                assert hasattr(got, "copy_to_host"), f"expected a device array, got {type(got)}"
+                want = expected(op, [rank_data(i, shape, dtype) for i in range(n)], dtype)
+                assert_equal(_host(got, dtype), want, f"device {np.dtype(dtype)} {op.name}")
+    ringtrain.shutdown()
+
+
+def _host(array, dtype):
+    return np.asarray(array.copy_to_host()).view(dtype)
+
+
+main(body)
