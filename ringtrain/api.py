@@ -55,7 +55,7 @@ def init(comm=None, **settings) -> None:
         )
     comm = _resolve_comm(comm, MPI)
     _topology = discover(comm)
-    _engine = Engine(comm, config)
+    _engine = Engine(comm, config, _topology)
     _counters.clear()
     if not _atexit_registered:
         atexit.register(shutdown)

@@ -22,7 +22,7 @@ class Settings:
     stall_shutdown_seconds: float | None = None
     cache_capacity: int = 1024
     ring_chunk_bytes: int = 1024 * 1024
-    hierarchical_allreduce: bool = False
+    hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
 
 
 def _parse_bool(text):
@@ -107,7 +107,11 @@ def read(environ=None, **overrides) -> Settings:
                 f"init() got an unknown setting {field!r}; known settings are "
                 f"{', '.join(sorted(_FIELDS))}"
             )
-        if value is not None or field in ("timeline", "stall_shutdown_seconds"):
+        if value is not None or field in (
+            "timeline",
+            "stall_shutdown_seconds",
+            "hierarchical_allreduce",
+        ):
             parse = _FIELDS[field][1]
             values[field] = value if value is None else _apply(parse, value, field)
     return Settings(**values)

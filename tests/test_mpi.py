@@ -79,3 +79,10 @@ def test_init_on_rank_lists_and_user_communicators(np):
 @pytest.mark.parametrize("np", [2, 3])
 def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
     check("check_cuda_sim.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
+
+
+@pytest.mark.parametrize("np", [3, 4])
+def test_hierarchical_allreduce_on_one_host(np):
+    env = {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}
+    check("check_allreduce.py", np, env=env, timeout=240)
+    check("check_engine.py", np, env=env)

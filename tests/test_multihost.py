@@ -34,7 +34,7 @@ def cluster(tmp_path_factory):
         yield list(hosts), hostfile
 
 
-def _launch(cluster, *command):
+def _launch(cluster, *command, options=(), settings=None):
     names, hostfile = cluster
     mpi_args = [
         *("--prtemca", "plm_ssh_agent", netns_cluster.agent()),
@@ -45,19 +45,31 @@ def _launch(cluster, *command):
         sys.executable, "-m", "ringtrain.runner",
         "-np", str(sum(SLOTS)), "--hostfile", str(hostfile),
         "--network-interface", netns_cluster.SUBNET, "--start-timeout", "60",
-        "--mpi-args", shlex.join(mpi_args),
+        "--mpi-args", shlex.join(mpi_args), *options,
         sys.executable, *command,
     ]  # fmt: skip
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
+    env.update(settings or {})
     return bounded.run(netns_cluster.on_host(names[0], runner), 120, cwd=hostfile.parent, env=env)
 
 
-def test_allreduce_and_training_across_hosts(cluster):
+@pytest.mark.parametrize(
+    ("options", "settings"),
+    [
+        ((), {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),  # the flat ring, through the launcher
+        (("--hierarchical-allreduce",), {}),
+        ((), {}),  # the default: hierarchical here, as the job spans hosts
+    ],
+    ids=["flat", "hierarchical", "default"],
+)
+def test_allreduce_and_training_across_hosts(cluster, options, settings):
     names, _ = cluster
     layout = ",".join(f"{name}:{slots}" for name, slots in zip(names, SLOTS, strict=True))
-    done, _ = _launch(cluster, str(SCRIPTS / "train_check.py"), layout)
+    done, _ = _launch(
+        cluster, str(SCRIPTS / "train_check.py"), layout, options=options, settings=settings
+    )
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     passed = re.findall(r"rank (\d) on (\S+): all checks passed", done.stdout)
     placed = [name for name, slots in zip(names, SLOTS, strict=True) for _ in range(slots)]

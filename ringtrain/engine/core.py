@@ -30,6 +30,7 @@ from ringtrain.errors import (
     StallError,
 )
 from ringtrain.ring.collective import Ring
+from ringtrain.ring.hierarchical import HierarchicalRing
 
 _TAG_REQUEST = 11
 _TAG_RESPONSE = 12
@@ -43,16 +44,26 @@ _SPIN_SECONDS = 2e-3
 class Engine:
     """Queue, negotiation and execution for one rank, run by a background thread."""
 
-    def __init__(self, comm: MPI.Comm, settings):
+    def __init__(self, comm: MPI.Comm, settings, topology):
         self.settings = settings
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._ctrl = comm.Dup()
         self._data = comm.Dup()
-        # Ring chunking must match on every rank: rank 0's setting wins.
-        chunk_bytes = self._ctrl.bcast(settings.ring_chunk_bytes, root=0)
+        # How the ring runs must match on every rank: rank 0's settings win.
+        hierarchical = settings.hierarchical_allreduce
+        most_per_host = self._ctrl.allreduce(topology.local_size, op=MPI.MAX)
+        if hierarchical is None:
+            # Measured (docs/benchmarks.md): splitting by host wins across slow links between
+            # hosts, and loses to the flat ring within one host. On rank 0, which decides,
+            # cross_size is the number of hosts.
+            hierarchical = topology.cross_size > 1 and most_per_host > 1
+        chunk_bytes, hierarchical = self._ctrl.bcast(
+            (settings.ring_chunk_bytes, hierarchical), root=0
+        )
         self._pool = BufferPool()
-        self.ring = Ring(self._data, chunk_bytes, self._pool)
+        ring_class = HierarchicalRing if hierarchical else Ring
+        self.ring = ring_class(self._data, chunk_bytes, self._pool)
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.ring, self._data, self._pool, self._timeline)
         self._coordinator = None
@@ -77,6 +88,8 @@ class Engine:
         """Queue one collective; return its request, whose handle completes later."""
         request = Request(meta, array, out, tl.now_ns())
         with self._lock:
+            if isinstance(self._stop_error, EngineStoppedError):
+                raise EngineStoppedError(str(self._stop_error))
             if self._stop_error is not None:
                 raise EngineStoppedError(f"the ringtrain engine has stopped: {self._stop_error}")
             if meta.name in self._inflight:
@@ -100,6 +113,8 @@ class Engine:
         self._thread.join()
         # Every control message has been matched (see _finish), so this cannot block long.
         MPI.Request.Waitall(self._sends)
+        if isinstance(self.ring, HierarchicalRing):
+            self.ring.free()
         self._ctrl.Free()
         self._data.Free()
         if self._timeline is not None:
