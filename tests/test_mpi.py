@@ -1,6 +1,7 @@
 """Behaviour under a real mpirun at 1 to 4 ranks (oversubscribed), each run with a timeout."""
 
 import json
+import re
 
 import pytest
 from mpi_launch import check, run
@@ -86,3 +87,17 @@ def test_hierarchical_allreduce_on_one_host(np):
     env = {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}
     check("check_allreduce.py", np, env=env, timeout=240)
     check("check_engine.py", np, env=env)
+
+
+def test_a_burst_of_small_tensors_is_fused_into_few_ring_passes(tmp_path):
+    path = tmp_path / "timeline.json"
+    check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(path)})
+    events = json.loads(path.read_text())
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    passes = {
+        e["ts"]
+        for e in events
+        if e["name"] == "REDUCE_SCATTER" and re.fullmatch(r"t\d+", tracks[e["tid"]])
+    }
+    # 60 tensors submitted at once; fusion puts many of them into each ring pass.
+    assert 1 <= len(passes) < 30, f"{len(passes)} ring passes for 60 tensors"

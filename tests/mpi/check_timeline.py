@@ -1,4 +1,4 @@
-"""Writes a timeline while reducing a few tensors; the test reads it back."""
+"""Writes a timeline while reducing a few tensors and a burst of 60; the test reads it back."""
 
 import numpy as np
 from common import main
@@ -15,6 +15,9 @@ def body():
     for h in handles:
         ringtrain.synchronize(h)
     ringtrain.allgather(np.ones((2, 2)), name="gathered")
+    burst = [ringtrain.allreduce_async(np.ones(100, np.float32), name=f"t{i}") for i in range(60)]
+    for h in burst:
+        ringtrain.synchronize(h)
     ringtrain.shutdown()
 
 

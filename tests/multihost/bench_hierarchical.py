@@ -22,7 +22,10 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 def _run_bench(names, hostfile, hierarchical, sizes, seconds, out):
-    mpi_args = shlex.join(["--prtemca", "plm_ssh_agent", netns_cluster.agent()])
+    # Four ranks share this machine's two cores: ranks waiting in MPI must yield them.
+    mpi_args = shlex.join(
+        ["--prtemca", "plm_ssh_agent", netns_cluster.agent(), "--mca", "mpi_yield_when_idle", "1"]
+    )
     command = [
         sys.executable, "-m", "ringtrain.runner", "-np", "4", "--hostfile", str(hostfile),
         "--network-interface", netns_cluster.SUBNET, "--mpi-args", mpi_args,
