@@ -1,10 +1,10 @@
 """Run a script under a real ``mpirun`` with a timeout, so a hang fails instead of stalling."""
 
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
+
+import bounded
 
 from ringtrain.runner.locate import find_mpirun
 
@@ -24,23 +24,8 @@ def run(script: str, np: int, *args, timeout: float = 120, env: dict | None = No
         [str(SCRIPTS.parent.parent), str(SCRIPTS), full_env.get("PYTHONPATH", "")]
     )
     full_env.update(env or {})
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=full_env,
-        start_new_session=True,
-    ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            raise AssertionError(
-                f"{script} on {np} ranks hung past {timeout} s\nstdout:\n{out}\nstderr:\n{err}"
-            ) from None
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+    result, _ = bounded.run(command, timeout, env=full_env)
+    return result
 
 
 def check(script: str, np: int, *args, timeout: float = 120, env: dict | None = None):

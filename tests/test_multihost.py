@@ -11,8 +11,9 @@ import shlex
 import sys
 from pathlib import Path
 
+import bounded
 import pytest
-from multihost import bounded, netns_cluster
+from multihost import netns_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests/multihost"

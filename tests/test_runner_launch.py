@@ -6,8 +6,8 @@ import socket
 import sys
 from pathlib import Path
 
+import bounded
 import pytest
-from multihost import bounded
 
 REPO = Path(__file__).resolve().parent.parent
 FAILING_RANK = str(REPO / "tests/multihost/failing_rank.py")
