@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from ringtrain.bench import allreduce
+from ringtrain.bench import allreduce, kernels
 
 
 def main(argv=None) -> int:
@@ -11,8 +11,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ringtrain.bench")
     commands = parser.add_subparsers(dest="benchmark", required=True)
     allreduce.add_arguments(commands.add_parser("allreduce", help=allreduce.__doc__))
+    kernels.add_arguments(commands.add_parser("kernels", help=kernels.__doc__))
     args = parser.parse_args(argv)
-    return {"allreduce": allreduce.run}[args.benchmark](args)
+    return {"allreduce": allreduce.run, "kernels": kernels.run}[args.benchmark](args)
 
 
 if __name__ == "__main__":

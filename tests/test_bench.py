@@ -1,0 +1,40 @@
+"""The benchmarks run and report every row (their figures are not asserted: speed is no test)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import bounded
+
+from ringtrain.runner.locate import find_mpirun
+
+
+def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
+    out = tmp_path / "rows.json"
+    command = [
+        find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none",
+        sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", "4096,65536",
+        "--seconds", "0.05", "--small-count", "4", "--json", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done, _ = bounded.run(command, 120, env=env)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())
+    assert [(r["case"], r["bytes"]) for r in rows] == [
+        ("single", 4096), ("single", 65536), ("4x16384", 4 * 16384)
+    ]  # fmt: skip
+    for row in rows:
+        assert row["ranks"] == 2 and row["ringtrain_us"] > 0 and row["mpi_us"] > 0
+        assert row["busbw_ratio"] == row["mpi_us"] / row["ringtrain_us"]
+    assert "ratio" in done.stdout and "65536" in done.stdout
+
+
+def test_kernel_benchmark_reports_each_kernel_against_a_copy():
+    done = subprocess.run(
+        [sys.executable, "-m", "ringtrain.bench", "kernels", "--mib", "1", "--repeats", "2"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    for label in ("copy", "pack 200 tensors", "unpack 200", "pack float16->float32",
+                  "reduce Sum"):  # fmt: skip
+        assert f"{label}:" in done.stdout
