@@ -101,3 +101,15 @@ def test_a_burst_of_small_tensors_is_fused_into_few_ring_passes(tmp_path):
     }
     # 60 tensors submitted at once; fusion puts many of them into each ring pass.
     assert 1 <= len(passes) < 30, f"{len(passes)} ring passes for 60 tensors"
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_a_rank_that_raises_stops_the_others_instead_of_hanging(np):
+    result = run("check_rank_exit.py", np, timeout=60)
+    assert result.returncode != 0
+    assert f"RuntimeError: rank {np - 1} fails on purpose" in result.stderr
+    for r in range(np - 1):
+        assert (
+            f"rank {r}: EngineStoppedError: the ringtrain engine has stopped: rank {np - 1} "
+            "shut ringtrain down" in result.stdout
+        ), result.stdout

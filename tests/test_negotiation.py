@@ -150,7 +150,8 @@ def test_shutdown_from_any_rank_stops_everyone():
     coord, _ = _coordinator(2)
     coord.add(1, [messages.SHUTDOWN_REQUEST])
     (stop,) = coord.responses()
-    assert stop.kind == messages.STOP and stop.error == "rank 1 called shutdown()"
+    assert stop.kind == messages.STOP
+    assert stop.error == "rank 1 shut ringtrain down (shutdown() or its exit)"
 
 
 def test_stall_warns_once_naming_missing_ranks_then_fails():

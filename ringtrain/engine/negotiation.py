@@ -107,7 +107,8 @@ class Coordinator:
             out.append(Response(messages.JOIN, [messages.JOIN_NAME], last_joined=self._joined[-1]))
             self._joined = []
         if self._shutdown_by is not None:
-            out.append(self.stop(f"rank {self._shutdown_by} called shutdown()", "shutdown"))
+            reason = f"rank {self._shutdown_by} shut ringtrain down (shutdown() or its exit)"
+            out.append(self.stop(reason, "shutdown"))
         return out
 
     def stop(self, reason: str, kind: str) -> Response:
