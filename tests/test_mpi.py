@@ -48,6 +48,7 @@ def test_timeline_is_valid_json_with_every_phase(tmp_path):
     assert {
         "ENQUEUE",
         "NEGOTIATE",
+        "WAIT_FOR_OTHER_RANKS",
         "MEMCPY_IN_FUSION_BUFFER",
         "REDUCE_SCATTER",
         "ALLGATHER",

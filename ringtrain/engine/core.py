@@ -193,6 +193,10 @@ class Engine:
             new, self._outbox = self._outbox, []
             shutdown, self._shutdown_asked = self._shutdown_asked, False
         entries = [self._cache.get(r.meta, r.meta) for r in new]
+        if self._timeline is not None:
+            sent = tl.now_ns()
+            for request in new:
+                request.sent_ns = sent
         if shutdown:
             entries.append(messages.SHUTDOWN_REQUEST)
         if not entries:
@@ -229,9 +233,9 @@ class Engine:
         if self._timeline is not None:
             for request in requests:
                 if request is not None:
-                    self._timeline.span(
-                        request.meta.name, tl.NEGOTIATE, request.submitted_ns, received
-                    )
+                    name = request.meta.name
+                    self._timeline.span(name, tl.NEGOTIATE, request.submitted_ns, request.sent_ns)
+                    self._timeline.span(name, tl.WAIT_FOR_OTHER_RANKS, request.sent_ns, received)
         if response.error is not None:
             for request in requests:
                 if request is not None:

@@ -53,7 +53,7 @@ class Handle:
 class Request:
     """One local submission: its meta, its data, where the result goes, and its handle."""
 
-    __slots__ = ("meta", "array", "out", "handle", "submitted_ns")
+    __slots__ = ("meta", "array", "out", "handle", "submitted_ns", "sent_ns")
 
     def __init__(self, meta, array, out, submitted_ns: int):
         self.meta = meta
@@ -61,3 +61,4 @@ class Request:
         self.out = out
         self.handle = Handle(meta.name)
         self.submitted_ns = submitted_ns
+        self.sent_ns = submitted_ns  # when the engine thread passed it to the coordinator
