@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from ringtrain.bench import allreduce, kernels
+from ringtrain.bench import allreduce, kernels, train
 
 
 def main(argv=None) -> int:
@@ -12,8 +12,10 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="benchmark", required=True)
     allreduce.add_arguments(commands.add_parser("allreduce", help=allreduce.__doc__))
     kernels.add_arguments(commands.add_parser("kernels", help=kernels.__doc__))
+    train.add_arguments(commands.add_parser("train", help=train.__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
-    return {"allreduce": allreduce.run, "kernels": kernels.run}[args.benchmark](args)
+    runs = {"allreduce": allreduce.run, "kernels": kernels.run, "train": train.run}
+    return runs[args.benchmark](args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import re
 import runpy
 import socket
 import sys
+import time
 
 _GUARD = ["-m", "ringtrain.runner.guard"]
 _ANNOUNCE = "--announce"
@@ -20,6 +21,8 @@ _STARTED_LINE = "@@ringtrain-run: rank {} started@@"
 STARTED = re.compile(re.escape(_STARTED_LINE).replace(r"\{\}", r"(\d+)").encode())
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
 _FLAGS = re.compile(r"-[bBdEiIOPqsSuvx]+|-[WX].+")  # interpreter options that stand alone
+
+_FORWARD_SECONDS = 0.5  # time for the failure message to reach mpirun before the abort
 
 
 def guarded(command: list[str], announce: bool = False) -> list[str]:
@@ -106,6 +109,9 @@ def _abort(status, what):
         flush=True,
     )
     if live:
+        # Output reaches mpirun through its daemons, asynchronously; MPI_Abort tears them
+        # down at once, which on a loaded machine lost this very message. Give it a moment.
+        time.sleep(_FORWARD_SECONDS)
         mpi.COMM_WORLD.Abort(status)
     raise SystemExit(status)
 

@@ -14,6 +14,7 @@ def configure(argv=None):
     parser.add_argument("--inter-op", type=int, default=0)
     parser.add_argument("--dir", default=None)
     args, _ = parser.parse_known_args(argv)
+    tf.get_logger().setLevel("ERROR")  # retracing notes from the many small tf.functions
     tf.config.threading.set_intra_op_parallelism_threads(1)
     if args.inter_op:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)

@@ -1,0 +1,361 @@
+"""Training throughput: one process, ringtrain at -np N, and MultiWorkerMirroredStrategy.
+
+``python -m ringtrain.bench train`` starts every contender as its own processes, one after
+the other, with the same model, per-rank batch, data and threads (one intra-op thread per
+rank), and prints samples/sec, the ratios and ringtrain's hidden-communication fraction:
+
+- ``alone``: one process (the scaling baseline);
+- ``independent``: N processes at once that never communicate (this machine's ceiling);
+- ``ringtrain``: N ranks, ``DistributedOptimizer`` in a ``tf.function`` train step, and in
+  ``model.fit``;
+- ``mwms``: ``tf.distribute.MultiWorkerMirroredStrategy``, N workers on localhost.
+
+All but the ``model.fit`` row run the same custom train step, because Keras 3.15's
+``model.fit`` fails under a multi-worker strategy (its symbolic build reduces the first
+batch). The hidden fraction is 1 - exposed / total communication time, from a separate
+ringtrain run with a timeline: per step, the engine's work on each fused reduction (copy in,
+ring, copy out) is communication, and the part after the last gradient was handed over is
+exposed.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+_MARK = "RESULT "
+_SITE = "DistributedOptimizer."
+
+
+def add_arguments(parser) -> None:
+    """Declare this benchmark's options on ``parser``."""
+    parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
+    parser.add_argument("--batch", type=int, default=64, help="per rank (default 64)")
+    parser.add_argument("--np", type=int, default=2, help="ranks and workers (default 2)")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
+    parser.add_argument("--warmup", type=int, default=30, help="untimed steps (default 30)")
+    parser.add_argument("--timeout", type=float, default=600, help="per launch, in seconds")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    # Used when the benchmark starts itself as a contender's process.
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--timeline", help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def run(args) -> int:
+    """Run every contender on every model; print the table."""
+    if args.worker:
+        return _work(args)
+    rows = []
+    for model in args.models.split(","):
+        rows.extend(_measure_model(args, model.strip()))
+    _print(rows, args.np)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+# -- the orchestrating process ---------------------------------------------------------
+
+
+def _measure_model(args, model):
+    n = args.np
+    alone = _launch([_self(args, "alone", model)], args.timeout)[0]
+    independent = _launch([_self(args, "alone", model)] * n, args.timeout)
+    rt_cmd = _self(args, "ringtrain", model)
+    ringtrain = _launch([_runner(n, rt_cmd)], args.timeout)[0]
+    folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
+    try:
+        timeline = os.path.join(folder, "timeline-{rank}.json")
+        traced = _launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
+    finally:
+        shutil.rmtree(folder)
+    mwms = _launch(_mwms_commands(args, model), args.timeout, _mwms_env(n))[0]
+    base = alone["samples_per_sec"]
+    rows = [
+        ("one process", alone["samples_per_sec"], None),
+        (f"{n} independent processes", sum(r["samples_per_sec"] for r in independent), None),
+        (f"ringtrain -np {n}", ringtrain["samples_per_sec"], traced["hidden_fraction"]),
+        (f"ringtrain -np {n}, model.fit", ringtrain["fit_samples_per_sec"], None),
+        (f"MultiWorkerMirroredStrategy, {n} workers", mwms["samples_per_sec"], None),
+    ]
+    return [
+        {
+            "model": model,
+            "contender": name,
+            "samples_per_sec": rate,
+            "scaling_ratio": rate / base,
+            "vs_mwms": rate / mwms["samples_per_sec"],
+            "hidden_fraction": hidden,
+            "batch_per_rank": args.batch,
+        }
+        for name, rate, hidden in rows
+    ]
+
+
+def _self(args, worker, model):
+    return [
+        sys.executable, "-m", "ringtrain.bench", "train", "--worker", worker, "--model", model,
+        "--batch", str(args.batch), "--np", str(args.np), "--steps", str(args.steps),
+        "--warmup", str(args.warmup),
+    ]  # fmt: skip
+
+
+def _runner(n, command):
+    return [sys.executable, "-m", "ringtrain.runner", "-np", str(n), *command]
+
+
+def _mwms_commands(args, model):
+    return [[*_self(args, "mwms", model), "--index", str(i)] for i in range(args.np)]
+
+
+def _mwms_env(n):
+    ports = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    return [
+        {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+        for i in range(n)
+    ]
+
+
+def _launch(commands, timeout, envs=None):
+    """Start ``commands`` at once; return the result each printed (if it printed one)."""
+    base = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    procs = [
+        subprocess.Popen(
+            command,
+            env={**base, **(envs[i] if envs else {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i, command in enumerate(commands)
+    ]
+    results = []
+    deadline = time.monotonic() + timeout
+    for proc, command in zip(procs, commands, strict=True):
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"benchmark process timed out: {' '.join(command)}") from None
+        if proc.returncode != 0:
+            raise RuntimeError(f"benchmark process failed: {' '.join(command)}\n{out}")
+        results.extend(
+            json.loads(line.split(_MARK, 1)[1]) for line in out.splitlines() if _MARK in line
+        )
+    return results
+
+
+def _print(rows, n):
+    print(f"one intra-op thread per rank; samples/sec in total over all ranks (np={n})")
+    print(f"{'model':<6} {'contender':<40} {'samples/s':>10} {'ratio':>6} {'vs MWMS':>8} hidden")
+    for r in rows:
+        hidden = "" if r["hidden_fraction"] is None else f"{r['hidden_fraction']:.0%}"
+        print(
+            f"{r['model']:<6} {r['contender']:<40} {r['samples_per_sec']:>10.0f} "
+            f"{r['scaling_ratio']:>6.2f} {r['vs_mwms']:>8.2f} {hidden}"
+        )
+
+
+# -- a contender's process -------------------------------------------------------------
+
+
+def _work(args) -> int:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    import keras
+
+    kind, n = args.worker, args.np
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if kind == "mwms" else None
+    reporting = kind == "alone" or (kind == "mwms" and args.index == 0)
+    if kind == "ringtrain":
+        import ringtrain.tensorflow.keras as hvd
+
+        hvd.init(timeline=args.timeline)
+        n, reporting = hvd.size(), hvd.rank() == 0
+    keras.utils.set_random_seed(0)
+    replicas = n if kind in ("ringtrain", "mwms") else 1
+    x, y, build = _model_and_data(args.model, args.batch * replicas)
+    if strategy is None:
+        model, optimizer = build(), keras.optimizers.SGD(0.01)
+        if kind == "ringtrain":
+            optimizer = hvd.DistributedOptimizer(optimizer)
+        step = _local_step(model, optimizer, x[: args.batch], y[: args.batch])
+    else:
+        with strategy.scope():
+            model, optimizer = build(), keras.optimizers.SGD(0.01)
+        step = _strategy_step(strategy, model, optimizer, x, y)
+    result = {"samples_per_sec": replicas * args.batch / _seconds_per_step(step, args)}
+    if kind == "ringtrain":
+        result.update(_ringtrain_extras(args, build, x, y, n, hvd))
+    if reporting:
+        print(_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+def _ringtrain_extras(args, build, x, y, n, hvd):
+    import keras
+
+    model = build()
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    times = []
+    clock = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: times.append(time.perf_counter())
+    )
+    data = (x[: args.batch], y[: args.batch])
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensors(data).repeat()
+    model.fit(dataset, steps_per_epoch=args.warmup + args.steps, verbose=0, callbacks=[clock])
+    per_step = float(np.mean(np.diff(times[args.warmup :])))
+    extras = {"fit_samples_per_sec": n * args.batch / per_step}
+    rank = hvd.rank()
+    hvd.shutdown()  # closes the timeline
+    if args.timeline:
+        extras["hidden_fraction"] = hidden_fraction(args.timeline.format(rank=rank), args.warmup)
+    return extras
+
+
+def _model_and_data(name, rows):
+    import keras
+
+    rng = np.random.default_rng(0)
+    if name == "mlp":
+        shape = (784,)
+
+        def build():
+            return keras.Sequential(
+                [keras.Input(shape)]
+                + [keras.layers.Dense(1024, activation="relu") for _ in range(3)]
+                + [keras.layers.Dense(10)]
+            )
+
+    elif name == "cnn":
+        shape = (28, 28, 1)
+
+        def build():
+            return keras.Sequential(
+                [
+                    keras.Input(shape),
+                    keras.layers.Conv2D(32, 3, activation="relu"),
+                    keras.layers.Conv2D(64, 3, activation="relu"),
+                    keras.layers.MaxPooling2D(2),
+                    keras.layers.Flatten(),
+                    keras.layers.Dense(128, activation="relu"),
+                    keras.layers.Dense(10),
+                ]
+            )
+
+    else:
+        raise ValueError(f"unknown model {name!r}; expected mlp or cnn")
+    x = rng.random((rows, *shape), dtype=np.float32)
+    y = rng.integers(0, 10, rows).astype(np.int32)
+    return x, y, build
+
+
+def _local_step(model, optimizer, x, y):
+    import keras
+    import tensorflow as tf
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = tf.constant(x), tf.constant(y)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+    return step
+
+
+def _strategy_step(strategy, model, optimizer, x, y):
+    import keras
+    import tensorflow as tf
+
+    global_batch = len(x)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
+    batches = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
+
+    def replica_step(xb, yb):
+        with tf.GradientTape() as tape:
+            per_sample = loss_fn(yb, model(xb, training=True))
+            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_batch)
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+    @tf.function
+    def step():
+        strategy.run(replica_step, args=next(batches))
+
+    return step
+
+
+def _seconds_per_step(step, args):
+    for _ in range(args.warmup):
+        step()
+    started = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    return (time.perf_counter() - started) / args.steps
+
+
+def hidden_fraction(path, skip_steps=0):
+    """Return 1 - exposed / total communication time of the optimizer's steps in a timeline.
+
+    Per step: every fused reduction's engine work (MEMCPY_IN start to MEMCPY_OUT end) is
+    communication; what of it lies after the step's last ENQUEUE is exposed.
+    """
+    with open(path, encoding="utf-8") as f:
+        events = json.load(f)
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
+    tracks = {}
+    for e in events:
+        name = names.get(e.get("tid"))
+        if e.get("ph") in ("X", "i") and name and name.startswith(_SITE):
+            tracks.setdefault(name, {}).setdefault(e["name"], []).append(e)
+    steps = min(len(t.get("MEMCPY_OUT_FUSION_BUFFER", [])) for t in tracks.values())
+    total = exposed = 0.0
+    for k in range(skip_steps, steps):
+        last_enqueue = max(t["ENQUEUE"][k]["ts"] for t in tracks.values())
+        spans = {
+            (t["MEMCPY_IN_FUSION_BUFFER"][k]["ts"], _end(t["MEMCPY_OUT_FUSION_BUFFER"][k]))
+            for t in tracks.values()
+        }
+        total += _union(spans)
+        exposed += _union({(max(a, last_enqueue), b) for a, b in spans if b > last_enqueue})
+    return 1.0 - exposed / total if total else 0.0
+
+
+def _end(event):
+    return event["ts"] + event["dur"]
+
+
+def _union(spans):
+    covered, reach = 0.0, -np.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            covered += end - max(start, reach)
+            reach = end
+    return covered

@@ -1,0 +1,91 @@
+"""The two ops between TensorFlow and the engine: one enqueues and returns, one waits.
+
+Both are ``tf.numpy_function`` ops, so they work eagerly and inside ``tf.function``. An
+enqueue op submits to the engine and returns a token at once; a synchronize op turns the
+token back into the result. A synchronize op blocks a TensorFlow thread, so it must only
+run once every enqueue of its step has run: callers pass those enqueue ops as ``after``,
+and then even a single inter-op thread cannot block before the last enqueue.
+"""
+
+import itertools
+
+import numpy as np
+import tensorflow as tf
+
+from ringtrain import api
+from ringtrain.errors import RingtrainError
+from ringtrain.tensorflow import compat
+
+_handles: dict[int, object] = {}
+_tokens = itertools.count()
+
+
+def _check_traceable(what):
+    if compat.in_xla_context():
+        raise RingtrainError(
+            f"{what} cannot run inside an XLA-compiled function (jit_compile=True): the "
+            "exchange with other ranks happens outside TensorFlow. Compile without XLA "
+            "(model.compile(..., jit_compile=False) or tf.function(jit_compile=False)); "
+            "ringtrain's Keras callbacks switch a model's jit_compile off by themselves."
+        )
+
+
+def enqueue(start, inputs, what: str, count=None):
+    """Return a scalar int64 token op that calls ``start(*arrays)`` and does not wait.
+
+    ``start`` submits to the engine and returns a handle (or a list of handles, synchronized
+    together). With ``count``, it returns ``count`` handles, and this returns a list of
+    ``count`` tokens, one per handle, from the one op.
+    """
+    _check_traceable(what)
+
+    @tf.autograph.experimental.do_not_convert
+    def _enqueue(*arrays):
+        handles = start(*arrays)
+        if count is None:
+            handles = [handles]
+        tokens = [next(_tokens) for _ in handles]
+        _handles.update(zip(tokens, handles, strict=True))
+        return np.int64(tokens[0]) if count is None else np.array(tokens, np.int64)
+
+    out = tf.numpy_function(_enqueue, list(inputs), tf.int64, stateful=True, name="rt_enqueue")
+    if count is None:
+        return out
+    out.set_shape([count])
+    return tf.unstack(out, num=count)
+
+
+def synchronize(token, dtypes, after=(), describe=None, finish=None):
+    """Return the result(s) of the enqueue op ``token``; the op runs after every op in ``after``.
+
+    ``dtypes`` is one dtype or a list (for a token holding a list of handles). An engine error
+    is re-raised with ``describe`` (what the tensor is) in front. ``finish`` post-processes
+    the NumPy result before it becomes a tensor.
+    """
+
+    @tf.autograph.experimental.do_not_convert
+    def _wait(token_value):
+        handle = _handles.pop(int(token_value))
+        try:
+            if isinstance(handle, list):
+                result = [api.synchronize(h) for h in handle]
+            else:
+                result = api.synchronize(handle)
+        except RingtrainError as err:
+            if describe is None:
+                raise
+            raise type(err)(f"{describe}: {err}") from err
+        return result if finish is None else finish(result)
+
+    with tf.control_dependencies(list(after)):
+        out = tf.numpy_function(_wait, [token], dtypes, stateful=True, name="rt_synchronize")
+    # A one-element list of dtypes gives a bare tensor back in some modes.
+    if isinstance(dtypes, list) and not isinstance(out, list | tuple):
+        return [out]
+    return out
+
+
+def run(start, inputs, dtypes, what: str, describe=None, finish=None):
+    """Enqueue ``start`` on ``inputs`` and wait for it: one blocking collective."""
+    token = enqueue(start, inputs, what)
+    return synchronize(token, dtypes, after=[token], describe=describe, finish=finish)

@@ -1,0 +1,294 @@
+"""Hands a list of tensors (a step's gradients, a model's variables) to the engine at once.
+
+Every tensor is enqueued, last first, as soon as TensorFlow has computed it: backprop
+produces the last layers' gradients first, so the engine reduces (and fuses) those while
+TensorFlow still computes the earlier ones. Only then do the synchronize ops run.
+
+With the tensors goes a manifest: a small allreduce of one one-hot row per tensor
+(none, dense or sparse), submitted with the first tensor. Ranks that disagree on the
+number of tensors fail on its shape, and ranks that disagree on a tensor's kind see two
+kinds in its row. Every synchronize op waits for the manifest, so such ranks raise an
+error instead of waiting for tensors that the others never send.
+"""
+
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from ringtrain import api
+from ringtrain.dtypes import SUPPORTED
+from ringtrain.errors import MismatchError
+from ringtrain.ops import Average, Sum, as_reduce_op
+from ringtrain.tensorflow import bridge, compat
+from ringtrain.tensorflow.compression import Compression
+
+_KINDS = ("no tensor", "a dense tensor", "tf.IndexedSlices")
+_NONE, _DENSE, _SPARSE = range(len(_KINDS))
+_ENGINE_DTYPES = frozenset(SUPPORTED)
+
+
+class _Part:
+    """One tensor that goes to the engine: ``start(name)`` makes the submit function."""
+
+    __slots__ = ("suffix", "tensor", "start", "shape", "reduces", "token")
+
+    def __init__(self, suffix, tensor, start, shape, reduces):
+        self.suffix = suffix
+        self.tensor = tensor
+        self.start = start
+        self.shape = shape
+        self.reduces = reduces  # an allreduce, whose settings the manifest can share
+        self.token = None
+
+
+class _Plan:
+    """What one list entry becomes: its kind, its parts, and how results become the output."""
+
+    __slots__ = ("kind", "parts", "finish")
+
+    def __init__(self, kind, parts, finish):
+        self.kind = kind
+        self.parts = parts
+        self.finish = finish
+
+
+def _reducer(op, prescale, postscale):
+    def start(name):
+        return functools.partial(
+            api.allreduce_async,
+            name=name,
+            op=op,
+            prescale_factor=prescale,
+            postscale_factor=postscale,
+        )
+
+    return start
+
+
+def _gatherer(name):
+    return functools.partial(api.allgather_async, name=name)
+
+
+def _dense_plan(grad, op, compression, prescale, postscale):
+    wire, ctx = compression.compress(tf.convert_to_tensor(grad))
+    part = _Part("", wire, _reducer(op, prescale, postscale), wire.shape, reduces=True)
+    return _Plan(_DENSE, [part], lambda results: compression.decompress(results[0], ctx))
+
+
+def _sparse_plan(grad, op, compression):
+    values = grad.values
+    if op == Average:
+        values = values / tf.cast(api.size(), values.dtype)
+    elif op != Sum:
+        raise ValueError(
+            f"tf.IndexedSlices are exchanged by allgather, which supports op Sum or Average "
+            f"only, not {op.name}; pass sparse_as_dense=True to reduce them densely"
+        )
+    wire, ctx = compression.compress(values)
+    parts = [
+        _Part(
+            ".values",
+            wire,
+            _gatherer,
+            tf.TensorShape([None]).concatenate(wire.shape[1:]),
+            reduces=False,
+        ),
+        _Part(".indices", grad.indices, _gatherer, tf.TensorShape([None]), reduces=False),
+    ]
+
+    def finish(results):
+        return tf.IndexedSlices(
+            compression.decompress(results[0], ctx), results[1], grad.dense_shape
+        )
+
+    return _Plan(_SPARSE, parts, finish)
+
+
+def allreduce_gradients(
+    grads,
+    labels,
+    site,
+    op=Average,
+    compression=None,
+    sparse_as_dense=False,
+    prescale=1.0,
+    postscale=1.0,
+):
+    """Return ``grads`` reduced over all ranks (None entries stay None).
+
+    ``labels`` name the variables in error messages; ``site`` (see ``compat.site_name``)
+    prefixes the engine names. ``tf.IndexedSlices`` are allgathered (values and indices)
+    unless ``sparse_as_dense``.
+    """
+    compression = compression or Compression.none
+    plans = []
+    for grad in grads:
+        if grad is None:
+            plans.append(None)
+        elif isinstance(grad, tf.IndexedSlices) and not sparse_as_dense:
+            plans.append(_sparse_plan(grad, op, compression))
+        else:
+            plans.append(_dense_plan(grad, op, compression, prescale, postscale))
+    return _run(plans, labels, site)
+
+
+def broadcast_tensors(values, labels, site, root_rank):
+    """Return every tensor of ``values`` as ``root_rank`` holds it."""
+    plans = []
+    for value in values:
+        wire, restore = engine_wire(tf.convert_to_tensor(value))
+        start = _broadcaster(root_rank)
+        part = _Part("", wire, start, wire.shape, reduces=False)
+        plans.append(_Plan(_DENSE, [part], _first(restore)))
+    return _run(plans, labels, site)
+
+
+def _broadcaster(root_rank):
+    def start(name):
+        return functools.partial(api.broadcast_async, root_rank=root_rank, name=name)
+
+    return start
+
+
+def _first(restore):
+    return lambda results: restore(results[0])
+
+
+def engine_wire(tensor):
+    """Return a tensor of a dtype the engine carries, and the function that undoes it."""
+    if tensor.dtype.is_numpy_compatible and np.dtype(tensor.dtype.as_numpy_dtype) in _ENGINE_DTYPES:
+        return tensor, lambda result: result
+    dtype = tensor.dtype
+    if dtype == tf.bool:
+        return tf.cast(tensor, tf.uint8), lambda result: tf.cast(result, tf.bool)
+    # Any other fixed-size dtype (uint32 seed states, int16, complex) travels as its bytes.
+    return tf.bitcast(tensor, tf.uint8), lambda result: tf.bitcast(result, dtype)
+
+
+def _run(plans, labels, site):
+    if not plans:
+        return []
+    codes = np.zeros((len(plans), len(_KINDS)), np.float32)
+    for i, plan in enumerate(plans):
+        codes[i, _NONE if plan is None else plan.kind] = 1
+    manifest_name = f"{site}.manifest"
+    manifest_start = functools.partial(api.allreduce_async, name=manifest_name, op=Sum)
+    tokens = []
+    manifest = None
+    for i in reversed(range(len(plans))):
+        for part in plans[i].parts if plans[i] is not None else ():
+            start = part.start(f"{site}.{i}{part.suffix}")
+            if manifest is None:
+                # The manifest goes with the first tensor, in the same submission; reduced
+                # like it (the check needs only its zero pattern), the engine fuses the two.
+                if part.reduces:
+                    manifest_start = part.start(manifest_name)
+                manifest, part.token = bridge.enqueue(
+                    _together(manifest_start, start),
+                    [tf.constant(codes), part.tensor],
+                    site,
+                    count=2,
+                )
+                tokens.append(manifest)
+            else:
+                part.token = bridge.enqueue(start, [part.tensor], site)
+            tokens.append(part.token)
+    if manifest is None:
+        manifest = bridge.enqueue(manifest_start, [tf.constant(codes)], site)
+        tokens.append(manifest)
+    checked = bridge.synchronize(
+        manifest,
+        tf.float32,
+        after=tokens,
+        describe=f"{site}: ranks hand over different numbers of tensors (this rank: {len(plans)})",
+        finish=functools.partial(_check_manifest, codes, labels, site),
+    )
+    outputs = [None] * len(plans)
+    for i in reversed(range(len(plans))):
+        plan = plans[i]
+        if plan is None:
+            continue
+        results = []
+        for part in plan.parts:
+            result = bridge.synchronize(
+                part.token,
+                part.tensor.dtype,
+                after=[*tokens, checked],
+                describe=f"{site}: {labels[i]}",
+            )
+            result.set_shape(part.shape)
+            results.append(result)
+        outputs[i] = plan.finish(results)
+    return outputs
+
+
+def _together(first, second):
+    def start(a, b):
+        return [first(a), second(b)]
+
+    return start
+
+
+def _check_manifest(codes, labels, site, summed):
+    # Each row has one non-zero column when every contributing rank agrees (joined ranks
+    # contribute the op's identity); any other count means some ranks sent another kind.
+    # That holds for every op with non-zero scale factors: Sum and Average keep every
+    # column someone set, Max too, and Min and Product zero a column someone left out.
+    for i, (mine, row) in enumerate(zip(codes, summed, strict=True)):
+        if np.count_nonzero(row) != 1 or not row[np.argmax(mine)]:  # exact zeros stay zero
+            kinds = [_KINDS[k] for k in np.flatnonzero(row)]
+            raise MismatchError(
+                f"{site}: {labels[i]}: ranks disagree on its gradient: this rank has "
+                f"{_KINDS[np.argmax(mine)]}, the ranks together have {', '.join(kinds)}"
+            )
+    return summed
+
+
+class GradientReduction:
+    """How a step's gradients are reduced; validated once, shared by the tape and optimizer.
+
+    ``gradient_predivide_factor`` f (op Average only) divides by f before the sum and by
+    size / f after it, which keeps float16 sums in range.
+    """
+
+    def __init__(
+        self,
+        op=Average,
+        compression=Compression.none,
+        sparse_as_dense=False,
+        gradient_predivide_factor=1.0,
+    ):
+        self.op = as_reduce_op(op)
+        self.compression = compression
+        self.sparse_as_dense = bool(sparse_as_dense)
+        factor = float(gradient_predivide_factor)
+        if not np.isfinite(factor) or factor <= 0:
+            raise ValueError(f"gradient_predivide_factor must be > 0, got {factor}")
+        if factor != 1.0 and self.op != Average:
+            raise ValueError("gradient_predivide_factor needs op=Average")
+        self.gradient_predivide_factor = factor
+
+    def __call__(self, grads, variables, base):
+        """Return ``grads`` (of ``variables``, which name them) reduced over all ranks."""
+        labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
+        factor = self.gradient_predivide_factor
+        return allreduce_gradients(
+            grads,
+            labels,
+            compat.site_name(base),
+            op=self.op,
+            compression=self.compression,
+            sparse_as_dense=self.sparse_as_dense,
+            prescale=1.0 / factor,
+            postscale=factor,
+        )
+
+    def get_config(self) -> dict:
+        """Return the settings as plain values (for a Keras optimizer's config)."""
+        return {
+            "op": self.op.name,
+            "compression": self.compression.name,
+            "sparse_as_dense": self.sparse_as_dense,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
+        }

@@ -1,0 +1,53 @@
+"""``DistributedGradientTape``: a ``tf.GradientTape`` whose gradients are reduced over ranks."""
+
+import tensorflow as tf
+
+from ringtrain.ops import Average
+from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.exchange import GradientReduction
+
+
+class DistributedGradientTape:
+    """Wraps a ``tf.GradientTape``: ``gradient()`` returns gradients reduced over all ranks.
+
+    Each gradient goes to the engine as soon as it is computed (last layers first inside
+    ``tf.function``); every rank must ask for gradients of the same sources in the same
+    structure. Everything else (``watch``, ``stop_recording``, ...) is the wrapped tape's.
+    """
+
+    def __init__(
+        self,
+        gradtape,
+        compression=Compression.none,
+        sparse_as_dense=False,
+        op=Average,
+        gradient_predivide_factor=1.0,
+    ):
+        self._tape = gradtape
+        self._reduction = GradientReduction(
+            op, compression, sparse_as_dense, gradient_predivide_factor
+        )
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        return self._tape.__exit__(*exc_info)
+
+    def __getattr__(self, name):
+        return getattr(self._tape, name)
+
+    def gradient(
+        self,
+        target,
+        sources,
+        output_gradients=None,
+        unconnected_gradients=tf.UnconnectedGradients.NONE,
+    ):
+        """Return the gradients of ``target`` for ``sources``, reduced over all ranks."""
+        grads = self._tape.gradient(target, sources, output_gradients, unconnected_gradients)
+        reduced = self._reduction(
+            tf.nest.flatten(grads), tf.nest.flatten(sources), "DistributedGradientTape"
+        )
+        return tf.nest.pack_sequence_as(grads, reduced)

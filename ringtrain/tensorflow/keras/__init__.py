@@ -1,0 +1,56 @@
+"""ringtrain for Keras 3 (import it as ``hvd``): ``DistributedOptimizer``, callbacks, loading."""
+
+import keras
+
+from ringtrain.api import (
+    allgather_object,
+    broadcast_object,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.tensorflow.collectives import broadcast_variables
+from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.keras import callbacks
+from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer, register
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True, **kwargs):  # noqa: A002
+    """Load a model saved with ``model.save``, restoring its ``DistributedOptimizer``.
+
+    Distributed versions of Keras's own optimizers load without help; name your own
+    optimizer classes in ``custom_optimizers``. Other keywords go to
+    ``keras.models.load_model``.
+    """
+    objects = register(custom_optimizers or ())
+    objects.update(custom_objects or {})
+    return keras.models.load_model(filepath, custom_objects=objects, compile=compile, **kwargs)
+
+
+__all__ = [
+    "Average",
+    "Compression",
+    "DistributedOptimizer",
+    "Max",
+    "Min",
+    "Product",
+    "ReduceOp",
+    "Sum",
+    "allgather_object",
+    "broadcast_object",
+    "broadcast_variables",
+    "callbacks",
+    "init",
+    "is_initialized",
+    "load_model",
+    "local_rank",
+    "local_size",
+    "rank",
+    "shutdown",
+    "size",
+]

@@ -1,0 +1,184 @@
+"""``DistributedOptimizer``: any Keras 3 optimizer, applying gradients averaged over ranks.
+
+The wrapper is the user's optimizer class with a small mixin in front of it (public
+methods only: ``apply``, ``build``, ``get_config``). Its ``apply`` hands every gradient to
+the engine, then lets the class apply the reduced gradients as it always does, so
+schedules, clipping, weight decay, EMA and loss scaling keep their meaning.
+"""
+
+import keras
+import tensorflow as tf
+
+from ringtrain.ops import Average, Min, ReduceOp
+from ringtrain.tensorflow import compat
+from ringtrain.tensorflow.collectives import allreduce
+from ringtrain.tensorflow.compression import Compression, by_name
+from ringtrain.tensorflow.exchange import GradientReduction
+
+_CONFIG_KEY = "ringtrain"
+_SITE = "DistributedOptimizer"
+_classes: dict[type, type] = {}
+
+
+class _Distributed:
+    """Mixin in front of an optimizer class: reduce the gradients, then apply them."""
+
+    def __init__(self, *args, ringtrain=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        settings = dict(ringtrain or {})
+        passes = settings.pop("backward_passes_per_step", 1)
+        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+            raise ValueError(f"backward_passes_per_step must be an int >= 1, got {passes!r}")
+        compression = settings.pop("compression", Compression.none)
+        if isinstance(compression, str):
+            compression = by_name(compression)
+        op = settings.pop("op", Average)
+        if isinstance(op, str):
+            op = ReduceOp[op]
+        self._rt_reduction = GradientReduction(op=op, compression=compression, **settings)
+        self._rt_passes = passes
+
+    def build(self, variables):
+        """Create the optimizer's variables, and the local accumulators if passes > 1.
+
+        Inside a ``LossScaleOptimizer`` (``LossScaleOptimizer(DistributedOptimizer(...))``,
+        or what ``compile`` makes under a ``mixed_float16`` policy), that optimizer checks
+        the local gradients for overflow before this one reduces them, so one rank could
+        skip a step the others take. Its check is made to agree across ranks (one more
+        tiny allreduce per step, after backprop); wrapping the other way round,
+        ``DistributedOptimizer(LossScaleOptimizer(...))``, needs no such step.
+        """
+        super().build(variables)
+        outer = compat.wrapping_loss_scale_optimizer(self)
+        if outer is not None and not hasattr(outer.check_finite, "ringtrain_agreeing"):
+            outer.check_finite = _agreeing(outer.check_finite)
+        if self._rt_passes > 1:
+            self._rt_accumulators = [
+                self.add_variable_from_reference(v, name="ringtrain_accumulator") for v in variables
+            ]
+            self._rt_count = self.add_variable(
+                shape=(), dtype="int64", name="ringtrain_backward_passes"
+            )
+
+    def apply(self, grads, trainable_variables=None):
+        """Reduce ``grads`` over all ranks, then apply them as the wrapped class does.
+
+        With ``backward_passes_per_step`` k > 1, gradients are summed locally and only
+        every k-th call exchanges (and applies) their mean.
+        """
+        grads = list(grads)
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
+        named = trainable_variables or [None] * len(grads)
+        if self._rt_passes == 1:
+            reduced = self._rt_reduction(grads, named, _SITE)
+            return super().apply(reduced, trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+        if len(grads) != len(self._rt_accumulators):
+            raise ValueError(
+                f"with backward_passes_per_step > 1, apply() takes a gradient for each of "
+                f"the {len(self._rt_accumulators)} variables the optimizer was built with; "
+                f"got {len(grads)}"
+            )
+        for accumulator, grad in zip(self._rt_accumulators, grads, strict=True):
+            if grad is not None:
+                accumulator.assign_add(tf.convert_to_tensor(grad))
+        count = self._rt_count.assign_add(1)
+
+        def exchange_and_apply():
+            passes = self._rt_passes
+            means = [
+                None if g is None else tf.convert_to_tensor(a) / passes
+                for a, g in zip(self._rt_accumulators, grads, strict=True)
+            ]
+            reduced = self._rt_reduction(means, named, _SITE)
+            super(_Distributed, self).apply(reduced, trainable_variables)
+            for accumulator in self._rt_accumulators:
+                accumulator.assign(tf.zeros_like(accumulator))
+
+        tf.cond(count % self._rt_passes == 0, exchange_and_apply, lambda: None)
+        return None
+
+    def get_config(self):
+        """Return the wrapped class's config plus ringtrain's settings."""
+        config = super().get_config()
+        config[_CONFIG_KEY] = {
+            **self._rt_reduction.get_config(),
+            "backward_passes_per_step": self._rt_passes,
+        }
+        return config
+
+
+def _agreeing(local_check):
+    def check_finite(grads):
+        finite = tf.cast(local_check(grads), tf.int32)
+        name = compat.site_name("LossScaleOptimizer.finite")
+        return tf.cast(allreduce(finite, op=Min, name=name), tf.bool)
+
+    check_finite.ringtrain_agreeing = True
+    return check_finite
+
+
+def _distributed_class(base: type) -> type:
+    cls = _classes.get(base)
+    if cls is None:
+        cls = type(
+            f"Distributed{base.__name__}",
+            (_Distributed, base),
+            {"__module__": __name__, "__doc__": f"{base.__name__}, reducing over ranks."},
+        )
+        registered = keras.saving.get_registered_name(base).replace(">", ".")
+        cls = keras.saving.register_keras_serializable("ringtrain", f"Distributed{registered}")(cls)
+        _classes[base] = cls
+    return cls
+
+
+def is_distributed(optimizer) -> bool:
+    """Return True if ``optimizer`` came from ``DistributedOptimizer``."""
+    return isinstance(optimizer, _Distributed)
+
+
+def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
+    optimizer,
+    name=None,
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+):
+    """Return a copy of the Keras ``optimizer`` that applies gradients reduced over all ranks.
+
+    The copy is built from ``optimizer.get_config()`` (wrap before training: state is not
+    copied); it is an instance of the same class (``isinstance`` holds) and round-trips
+    through ``get_config``/``from_config`` and ``model.save``/``load_model``.
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"expected a Keras 3 optimizer instance, got {type(optimizer).__name__}")
+    if is_distributed(optimizer):
+        raise ValueError("this optimizer is already a DistributedOptimizer")
+    config = optimizer.get_config()
+    if name is not None:
+        config["name"] = name
+    config[_CONFIG_KEY] = {
+        "op": ReduceOp(op).name,
+        "compression": compression.name,
+        "sparse_as_dense": sparse_as_dense,
+        "gradient_predivide_factor": gradient_predivide_factor,
+        "backward_passes_per_step": backward_passes_per_step,
+    }
+    return _distributed_class(type(optimizer)).from_config(config)
+
+
+def register(optimizer_classes) -> dict:
+    """Make distributed versions of ``optimizer_classes`` loadable; return them by name."""
+    found = {}
+    for base in optimizer_classes:
+        cls = _distributed_class(base)
+        found[keras.saving.get_registered_name(cls)] = cls
+    return found
+
+
+register(compat.stock_optimizer_classes())

@@ -1,0 +1,60 @@
+"""The TensorFlow binding under a real mpirun: each test runs a script of tests/tf, with a timeout.
+
+TensorFlow takes seconds to import per process, so each script batches many checks.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import bounded
+import pytest
+from mpi_launch import check
+
+pytest.importorskip("tensorflow")
+
+SCRIPTS = Path(__file__).parent / "tf"
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def _check(script, np, *args, env=None, timeout=240):
+    # mpi_launch joins onto tests/mpi, and an absolute path replaces that folder.
+    return check(str(SCRIPTS / script), np, *args, timeout=timeout, env={**QUIET, **(env or {})})
+
+
+@pytest.mark.parametrize("np", [1, 2, 3])
+def test_collectives_gradients_sparse_and_mismatches(np):
+    # TensorFlow's default inter-op thread pool.
+    _check("check_tf_collectives.py", np)
+
+
+def test_equivalence_optimizers_callbacks_saving_one_inter_op_thread(tmp_path):
+    _check("check_tf_train.py", 2, "--inter-op", "1", "--dir", tmp_path, timeout=300)
+
+
+def test_backprop_overlaps_the_exchange_two_inter_op_threads(tmp_path):
+    timeline = str(tmp_path / "timeline-{rank}.json")
+    result = _check(
+        "check_tf_overlap.py", 2, "--inter-op", "2", env={"RINGTRAIN_TIMELINE": timeline}
+    )
+    assert result.stdout.count("overlapped steps") == 2, result.stdout
+
+
+def test_training_benchmark_reports_every_contender(tmp_path):
+    out = tmp_path / "rows.json"
+    command = [
+        sys.executable, "-m", "ringtrain.bench", "train", "--models", "mlp", "--steps", "4",
+        "--warmup", "2", "--timeout", "150", "--json", str(out),
+    ]  # fmt: skip
+    done, _ = bounded.run(command, 200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())
+    assert [r["contender"] for r in rows] == [
+        "one process",
+        "2 independent processes",
+        "ringtrain -np 2",
+        "ringtrain -np 2, model.fit",
+        "MultiWorkerMirroredStrategy, 2 workers",
+    ]
+    assert all(r["samples_per_sec"] > 0 for r in rows)
+    assert 0 <= rows[2]["hidden_fraction"] <= 1

@@ -1,0 +1,125 @@
+"""The TensorFlow binding's pure parts, in one process without MPI: configs, names, dtypes."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from ringtrain.ops import Sum  # noqa: E402
+from ringtrain.tensorflow import compat, compression, exchange  # noqa: E402
+from ringtrain.tensorflow.keras import optimizer as distributed  # noqa: E402
+
+
+def test_compression_strategies_round_trip():
+    x = tf.constant([1.5, -2.25, 1e-3], tf.float32)
+    wire, ctx = compression.Compression.fp16.compress(x)
+    assert wire.dtype == tf.float16
+    back = compression.Compression.fp16.decompress(wire, ctx)
+    assert back.dtype == tf.float32 and np.allclose(back, x, rtol=1e-3)
+    ints = tf.constant([1, 2], tf.int32)
+    assert compression.Compression.fp16.compress(ints) == (ints, None)
+    assert compression.Compression.none.compress(x)[0] is x
+    assert compression.by_name("fp16") is compression.Compression.fp16
+    with pytest.raises(ValueError, match="unknown compression"):
+        compression.by_name("zip")
+
+
+def test_gradient_reduction_validates_its_settings():
+    with pytest.raises(ValueError, match="op=Average"):
+        exchange.GradientReduction(op=Sum, gradient_predivide_factor=2.0)
+    with pytest.raises(ValueError, match="> 0"):
+        exchange.GradientReduction(gradient_predivide_factor=0.0)
+    with pytest.raises(ValueError, match="unknown reduction op"):
+        exchange.GradientReduction(op=42)
+
+
+@pytest.mark.parametrize("dtype", [tf.bool, tf.uint32, tf.int16, tf.complex64, tf.float32])
+def test_engine_wire_carries_any_fixed_size_dtype(dtype):
+    value = tf.cast(tf.constant([[0, 1, 3], [2, 0, 1]]), dtype)
+    wire, restore = exchange.engine_wire(value)
+    assert np.dtype(wire.dtype.as_numpy_dtype) in exchange._ENGINE_DTYPES
+    assert restore(wire).dtype == dtype
+    assert np.array_equal(restore(wire).numpy(), value.numpy())
+
+
+def test_site_names_are_per_step_graph_and_restart_on_retrace():
+    assert compat.site_name("S") == "S" and compat.site_name("S") == "S"  # eagerly
+    seen = []
+
+    @tf.function
+    def step(x):
+        seen.append(compat.site_name("S"))
+        tf.cond(x > 0, lambda: seen.append(compat.site_name("S")) or x, lambda: x)
+        return x
+
+    step(tf.constant(1.0))
+    step(tf.constant(2.0))  # no retrace
+    step(tf.constant(1, tf.int32))  # a retrace starts again from the first name
+    assert len(seen) == 4, seen
+    assert seen[:2] == ["S", "S.1"], seen
+    assert seen[-2:] == ["S", "S.1"], seen
+
+
+@pytest.mark.parametrize("base", compat.stock_optimizer_classes(), ids=lambda c: c.__name__)
+def test_every_keras_optimizer_wraps_and_round_trips(base):
+    if base is keras.optimizers.LossScaleOptimizer:
+        original = base(keras.optimizers.SGD(0.1))
+    else:
+        try:
+            original = base()
+        except TypeError:
+            pytest.skip(f"{base.__name__} needs constructor arguments")
+    wrapped = distributed.DistributedOptimizer(original, backward_passes_per_step=3, op=Sum)
+    assert isinstance(wrapped, base) and distributed.is_distributed(wrapped)
+    config = wrapped.get_config()
+    assert config["ringtrain"]["backward_passes_per_step"] == 3
+    assert config["ringtrain"]["op"] == "Sum"
+    again = type(wrapped).from_config(copy.deepcopy(config))  # LossScaleOptimizer pops keys
+    assert again.get_config() == config
+    name = keras.saving.get_registered_name(type(wrapped))
+    assert keras.saving.get_registered_object(name) is type(wrapped)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(wrapped))
+    assert type(restored) is type(wrapped) and restored.get_config() == config
+
+
+def test_distributed_optimizer_rejects_bad_input():
+    with pytest.raises(TypeError, match="Keras 3 optimizer"):
+        distributed.DistributedOptimizer("adam")
+    wrapped = distributed.DistributedOptimizer(keras.optimizers.Adam())
+    with pytest.raises(ValueError, match="already"):
+        distributed.DistributedOptimizer(wrapped)
+    with pytest.raises(ValueError, match="backward_passes_per_step"):
+        distributed.DistributedOptimizer(keras.optimizers.Adam(), backward_passes_per_step=0)
+
+
+def test_hidden_fraction_counts_communication_after_the_last_enqueue(tmp_path):
+    from ringtrain.bench.train import hidden_fraction
+
+    def track(tid, name):
+        return {"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}}
+
+    def span(tid, phase, ts, dur):
+        return {"name": phase, "ph": "X", "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+
+    def enqueue(tid, ts):
+        return {"name": "ENQUEUE", "ph": "i", "s": "t", "ts": ts, "pid": 0, "tid": tid}
+
+    events = [track(1, "DistributedOptimizer.1"), track(2, "DistributedOptimizer.0")]
+    events += [track(3, "DistributedGradientTape.0"), enqueue(3, 500.0)]  # not counted
+    for step in range(2):
+        t = 1000.0 * step
+        # Gradient 1 arrives at t and is reduced over [t+10, t+30); gradient 0 arrives at
+        # t+20 (the last ENQUEUE) and is reduced over [t+30, t+40): 20 of 30 exposed.
+        events += [enqueue(1, t), enqueue(2, t + 20)]
+        events += [span(1, "MEMCPY_IN_FUSION_BUFFER", t + 10, 5)]
+        events += [span(1, "MEMCPY_OUT_FUSION_BUFFER", t + 25, 5)]
+        events += [span(2, "MEMCPY_IN_FUSION_BUFFER", t + 30, 2)]
+        events += [span(2, "MEMCPY_OUT_FUSION_BUFFER", t + 38, 2)]
+    path = tmp_path / "timeline.json"
+    path.write_text(json.dumps(events))
+    assert hidden_fraction(str(path)) == pytest.approx(1 - 40 / 60)
+    assert hidden_fraction(str(path), skip_steps=1) == pytest.approx(1 - 20 / 30)

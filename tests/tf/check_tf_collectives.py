@@ -1,0 +1,279 @@
+"""Every collective on tf.Tensors, eagerly and in tf.function, with gradients and error paths.
+
+Runs at any world size; compares against NumPy answers computed from every rank's data.
+"""
+
+import ml_dtypes
+import numpy as np
+from common import DTYPES, OPS, assert_equal, expected, main, rank_data, same_bits_everywhere
+from tfsetup import configure
+
+configure()
+
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import ringtrain  # noqa: E402
+import ringtrain.tensorflow as hvd  # noqa: E402
+
+
+def modes(fn):
+    """Return ``fn`` eagerly and as a tf.function (retraced per call signature)."""
+    return {"eager": fn, "tf.function": tf.function(fn)}
+
+
+def everyone(shape, dtype, salt=0, rows=None):
+    """Return every rank's data for (shape, dtype), each rank's own first."""
+    n = hvd.size()
+    data = []
+    for r in range(n):
+        s = shape if rows is None else (rows(r), *shape[1:])
+        data.append(rank_data(r, s, dtype, salt))
+    return data
+
+
+def check_allreduce():
+    r = hvd.rank()
+    for mode, fn in modes(lambda x, op: hvd.allreduce(x, op=op)).items():
+        for dtype in DTYPES:
+            for op in OPS:
+                data = everyone((3, 5), dtype, salt=int(op))
+                got = fn(tf.constant(data[r]), op).numpy()
+                assert_equal(got, expected(op, data, dtype), f"allreduce {mode} {dtype} {op.name}")
+        data = everyone((7,), np.float32, salt=9)
+        got = hvd.allreduce(data[r], op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0)
+        assert_equal(got.numpy(), expected(hvd.Sum, data, np.float32) * 1.5, "allreduce scaled")
+        got = hvd.allreduce(tf.constant(data[r]), compression=hvd.Compression.fp16)
+        assert got.dtype == tf.float32
+        want = expected(hvd.Average, [d.astype(np.float16) for d in data], np.float16)
+        assert np.allclose(got.numpy(), want.astype(np.float32), 2e-3, 2e-3), "fp16 compression"
+
+
+def check_grouped_allreduce():
+    r = hvd.rank()
+    for mode, fn in modes(lambda xs: hvd.grouped_allreduce(xs, op=hvd.Sum)).items():
+        shapes = [(4,), (2, 3), (5,)]
+        data = [everyone(s, np.float32, salt=i) for i, s in enumerate(shapes)]
+        got = fn([tf.constant(d[r]) for d in data])
+        for i, (g, d) in enumerate(zip(got, data, strict=True)):
+            assert_equal(g.numpy(), expected(hvd.Sum, d, np.float32), f"grouped {mode} {i}")
+
+
+def check_allgather_broadcast_alltoall_reducescatter():
+    r, n = hvd.rank(), hvd.size()
+    for mode, gather in modes(lambda x: hvd.allgather(x)).items():
+        for dtype in (np.float32, np.int64, np.uint8, ml_dtypes.bfloat16):
+            data = everyone((0, 3), dtype, rows=lambda k: k + 1)
+            got = gather(tf.constant(data[r])).numpy()
+            assert_equal(got, np.concatenate(data), f"allgather {mode} {dtype}")
+    root = n - 1
+    for mode, bcast in modes(lambda x: hvd.broadcast(x, root)).items():
+        for dtype in (np.float64, np.int8, np.bool_, np.uint32, np.int16):
+            data = [np.asarray(rank_data(k, (2, 3), np.int32) % 2).astype(dtype) for k in range(n)]
+            got = bcast(tf.constant(data[r])).numpy()
+            assert got.dtype == np.dtype(dtype) and np.array_equal(got, data[root]), (
+                f"broadcast {mode} {dtype}"
+            )
+    for mode, fn in modes(lambda x, s: hvd.alltoall(x, splits=s)).items():
+        splits = [(r + j) % 3 for j in range(n)]
+        rows = [[(k + j) % 3 for j in range(n)] for k in range(n)]
+        data = [rank_data(k, (sum(rows[k]), 2), np.float32) for k in range(n)]
+        offsets = [np.concatenate(([0], np.cumsum(rows[k]))) for k in range(n)]
+        want = np.concatenate([data[k][offsets[k][r] : offsets[k][r + 1]] for k in range(n)])
+        got = fn(tf.constant(data[r]), tf.constant(splits)).numpy()
+        assert_equal(got, want, f"alltoall {mode}")
+    even = hvd.alltoall(tf.constant(rank_data(r, (2 * n, 3), np.int32)))
+    assert even.shape == (2 * n, 3), even.shape
+    for mode, fn in modes(lambda x: hvd.reducescatter(x, op=hvd.Sum)).items():
+        data = everyone((2 * n + 1, 2), np.float32)
+        total = expected(hvd.Sum, data, np.float32)
+        first = r * 2 + min(r, 1)
+        got = fn(tf.constant(data[r])).numpy()
+        assert_equal(got, total[first : first + 2 + (r < 1)], f"reducescatter {mode}")
+    assert hvd.broadcast_object({"from": r}, root_rank=root) == {"from": root}
+    assert hvd.allgather_object(r * 10) == [k * 10 for k in range(n)]
+    last = hvd.join()
+    assert last.dtype == tf.int32 and 0 <= int(last) < n
+    same_bits_everywhere(np.array([int(last)]), "join")
+
+
+def check_gradients():
+    r, n = hvd.rank(), hvd.size()
+    c = [rank_data(k, (4,), np.float32, salt=5) for k in range(n)]
+    for mode, wrap in (("eager", lambda f: f), ("tf.function", tf.function)):
+
+        @wrap
+        def grads(x, c_mine):
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(x)
+                outs = {
+                    "sum": hvd.allreduce(x, op=hvd.Sum, name="g.sum"),
+                    "avg": hvd.allreduce(x, op=hvd.Average, name="g.avg"),
+                    "grouped": hvd.grouped_allreduce([x], op=hvd.Sum, name="g.grouped")[0],
+                    "bcast": hvd.broadcast(x, n - 1, name="g.bcast"),
+                    "gather": hvd.allgather(x[: r + 1], name="g.gather"),
+                }
+                losses = {k: tf.reduce_sum(outs[k] * c_mine) for k in ("sum", "avg", "grouped")}
+                losses["bcast"] = tf.reduce_sum(outs["bcast"] * c_mine)
+                weights = tf.tile(c_mine, [n])[: n * (n + 1) // 2]
+                losses["gather"] = tf.reduce_sum(outs["gather"] * weights)
+            return {k: tape.gradient(v, x) for k, v in losses.items()}
+
+        got = grads(tf.constant(rank_data(r, (4,), np.float32)), tf.constant(c[r]))
+        total = np.sum(c, axis=0)
+        assert np.allclose(got["sum"], total), f"allreduce Sum gradient {mode}"
+        assert np.allclose(got["grouped"], total), f"grouped_allreduce gradient {mode}"
+        assert np.allclose(got["avg"], total / n), f"allreduce Average gradient {mode}"
+        want = total if r == n - 1 else np.zeros(4)
+        assert np.allclose(got["bcast"], want), f"broadcast gradient {mode}"
+        tiled = [np.tile(ck, n)[: n * (n + 1) // 2] for ck in c]
+        first = r * (r + 1) // 2
+        want = np.zeros(4, np.float32)
+        want[: r + 1] = np.sum(tiled, axis=0)[first : first + r + 1]
+        assert np.allclose(got["gather"], want), f"allgather gradient {mode}: {got['gather']}"
+
+
+def embedding_model(seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [keras.Input((3,), dtype="int32"), keras.layers.Embedding(20, 4), keras.layers.Dense(2)]
+    )
+
+
+def check_sparse_and_tape():
+    r, n = hvd.rank(), hvd.size()
+    ids = [np.random.default_rng(k).integers(0, 20, size=(6, 3)).astype(np.int32) for k in range(n)]
+    model = embedding_model(0)
+
+    def local_grads(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x)))
+        return tape, loss
+
+    dense_everywhere = []
+    for k in range(n):
+        tape, loss = local_grads(ids[k])
+        grad = tape.gradient(loss, model.trainable_variables)[0]
+        assert isinstance(grad, tf.IndexedSlices), type(grad)
+        dense_everywhere.append(tf.convert_to_tensor(grad).numpy())
+    want = np.mean(dense_everywhere, axis=0)
+    for mode, wrap in (("eager", lambda f: f), ("tf.function", tf.function)):
+        for sparse_as_dense in (False, True):
+
+            @wrap
+            def reduced(x, sparse_as_dense=sparse_as_dense):
+                tape, loss = local_grads(x)
+                tape = hvd.DistributedGradientTape(tape, sparse_as_dense=sparse_as_dense)
+                return tape.gradient(loss, model.trainable_variables)[0]
+
+            got = reduced(tf.constant(ids[r]))
+            kind = tf.Tensor if sparse_as_dense else tf.IndexedSlices
+            assert isinstance(got, kind), f"{mode} sparse_as_dense={sparse_as_dense}: {type(got)}"
+            assert np.allclose(tf.convert_to_tensor(got), want, atol=1e-6), (mode, sparse_as_dense)
+    tape, loss = local_grads(ids[r])
+    grad = tape.gradient(loss, model.trainable_variables)[0]
+    summed = hvd.allreduce(grad, op=hvd.Sum)
+    assert isinstance(summed, tf.IndexedSlices)
+    assert np.allclose(tf.convert_to_tensor(summed), want * n, atol=1e-6), "allreduce IndexedSlices"
+
+
+def check_sparse_optimizer():
+    r, n = hvd.rank(), hvd.size()
+    steps, per_rank = 2, 6
+    rng = np.random.default_rng(42)
+    ids = rng.integers(0, 20, size=(steps * n * per_rank, 3)).astype(np.int32)
+    targets = rng.normal(size=(steps * n * per_rank, 3, 2)).astype(np.float32)
+    mine = np.concatenate([np.arange(per_rank) + (j * n + r) * per_rank for j in range(steps)])
+    # Keras updates Adam's slots lazily (touched rows only) for tf.IndexedSlices, so dense
+    # and sparse gradients differ under Adam; under SGD they agree.
+    cases = [("Adam", False), ("SGD", False), ("SGD", True)]
+    for name, sparse_as_dense in cases:
+        make = getattr(keras.optimizers, name)
+        alone = embedding_model(1)
+        alone.compile(optimizer=make(0.05), loss="mse")
+        alone.fit(ids, targets, batch_size=n * per_rank, shuffle=False, verbose=0)
+        model = embedding_model(1)
+        optimizer = hvd.DistributedOptimizer(make(0.05), sparse_as_dense=sparse_as_dense)
+        model.compile(optimizer=optimizer, loss="mse")
+        model.fit(ids[mine], targets[mine], batch_size=per_rank, shuffle=False, verbose=0)
+        for got, want in zip(model.get_weights(), alone.get_weights(), strict=True):
+            assert np.allclose(got, want, rtol=1e-5, atol=1e-6), (
+                f"embedding, {name}, sparse_as_dense={sparse_as_dense}: {np.abs(got - want).max()}"
+            )
+
+
+def check_broadcast_variables():
+    r, n = hvd.rank(), hvd.size()
+    variables = [tf.Variable(rank_data(r, (3, 2), np.float32)), tf.Variable(r * 7, dtype=tf.int64)]
+    hvd.broadcast_variables(variables, root_rank=n - 1)
+    assert_equal(variables[0].numpy(), rank_data(n - 1, (3, 2), np.float32), "eager variables")
+    assert int(variables[1].numpy()) == (n - 1) * 7
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.build((None, 3))
+    for v in model.variables:
+        v.assign(tf.fill(v.shape, float(r + 1)))
+    tf.function(lambda: hvd.broadcast_variables(model.variables, 0))()
+    for v in model.variables:
+        assert np.all(v.numpy() == 1.0), "tf.function broadcast_variables"
+
+
+def expect_error(fn, *needles):
+    """Run ``fn``; require an error whose message holds every needle (never a hang)."""
+    try:
+        fn()
+    except (tf.errors.OpError, ringtrain.RingtrainError) as err:
+        text = str(err)
+        missing = [needle for needle in needles if needle not in text]
+        assert not missing, f"error lacks {missing}: {text}"
+        return
+    raise AssertionError(f"expected an error mentioning {needles}")
+
+
+def check_mismatches():
+    r, n = hvd.rank(), hvd.size()
+    if n == 1:
+        return
+    expect_error(lambda: hvd.allreduce(tf.zeros([2 + r]), name="mismatched"), "mismatched")
+    keras.utils.set_random_seed(0)
+    wide = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3 + r), keras.layers.Dense(1, name="out")]
+    )
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(wide(x))
+        tape = hvd.DistributedGradientTape(tape)
+        return tape.gradient(loss, wide.trainable_variables)
+
+    expect_error(lambda: step(tf.ones([2, 4])), "MismatchError", "out/kernel", "shape differs")
+    # A model with one more layer on one rank: the manifest stops every rank.
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(3) for _ in range(1 + (r == 0))]
+    deeper = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(1)])
+    deeper.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD()), loss="mse")
+    expect_error(
+        lambda: deeper.fit(np.ones((4, 4)), np.ones((4, 1)), batch_size=4, verbose=0),
+        "different numbers of tensors",
+    )
+
+
+def body():
+    hvd.init()
+    for check in (
+        check_allreduce,
+        check_grouped_allreduce,
+        check_allgather_broadcast_alltoall_reducescatter,
+        check_gradients,
+        check_sparse_and_tape,
+        check_sparse_optimizer,
+        check_broadcast_variables,
+        check_mismatches,
+    ):
+        check()
+        print(f"rank {hvd.rank()}: {check.__name__} OK", flush=True)
+    hvd.shutdown()
+
+
+main(body)
