@@ -88,23 +88,17 @@ class Executor:
         prescale = metas[0].prescale
         present = [r for r in requests if r is not None]
         backend = kernels.backend_for(present[0].array) if present else _CPU
-        outputs = [
-            None if r is None else (r.out if r.out is not None else backend.empty(m.shape, dtype))
-            for r, m in zip(requests, metas, strict=True)
-        ]
         start = tl.now_ns()
         one = requests[0]
-        if (
-            len(requests) == 1
-            and one is not None
-            and backend is _CPU
-            and dtype == wire
-            and prescale == 1.0
-        ):
+        if len(requests) == 1 and one is not None and backend is _CPU and dtype == wire:
+            # One tensor: the ring reads it in place and writes the result, no fusion buffer.
+            outputs = [one.out if one.out is not None else np.empty(one.meta.shape, dtype)]
+            source = one.array.reshape(-1)
+            if prescale != 1.0:
+                source = self._pool.get("fusion", source.size, wire)
+                _CPU.pack([one.array], source, [0], prescale)
             packed = tl.now_ns()
-            reduced = self.ring.allreduce(
-                one.array.reshape(-1), outputs[0].reshape(-1), op, postscale
-            )
+            reduced = self.ring.allreduce(source, outputs[0].reshape(-1), op, postscale)
             gathered = unpacked = tl.now_ns()
         else:
             sizes = [math.prod(m.shape) for m in metas]
@@ -122,12 +116,31 @@ class Executor:
             if staged:
                 backend.to_host(staging, host)
             packed = tl.now_ns()
-            reduced = self.ring.allreduce(host, host, op, postscale)
-            gathered = tl.now_ns()
-            if staged:
-                backend.to_device(host, staging)
-            kept = [o for o in outputs if o is not None]
-            backend.unpack(staging, source_offsets, kept, 1.0)
+            if backend is _CPU and dtype == wire:
+                # The ring writes straight into one new array whose slices are the results:
+                # no copy out of the fusion buffer.
+                result = np.empty(len(host), wire)
+                reduced = self.ring.allreduce(host, result, op, postscale)
+                gathered = tl.now_ns()
+                outputs = [
+                    None if r is None else _deliver(result[off : off + n].reshape(m.shape), r.out)
+                    for r, m, off, n in zip(requests, metas, offsets, sizes, strict=True)
+                ]
+            else:
+                reduced = self.ring.allreduce(host, host, op, postscale)
+                gathered = tl.now_ns()
+                if staged:
+                    backend.to_device(host, staging)
+                outputs = [
+                    None
+                    if r is None
+                    else r.out
+                    if r.out is not None
+                    else backend.empty(m.shape, dtype)
+                    for r, m in zip(requests, metas, strict=True)
+                ]
+                kept = [o for o in outputs if o is not None]
+                backend.unpack(staging, source_offsets, kept, 1.0)
             unpacked = tl.now_ns()
         self._finish_average(metas[0], outputs, contributors)
         names = response.names
@@ -208,6 +221,14 @@ class Executor:
         self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
         self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
         return [out]
+
+
+def _deliver(result, out):
+    """Return ``result``, or copy it into the caller's ``out`` and return that."""
+    if out is None:
+        return result
+    np.copyto(out, result)
+    return out
 
 
 def _displacements(counts):
