@@ -29,11 +29,13 @@ def _run_bench(names, hostfile, hierarchical, sizes, seconds, out):
     command = [
         sys.executable, "-m", "ringtrain.runner", "-np", "4", "--hostfile", str(hostfile),
         "--network-interface", netns_cluster.SUBNET, "--mpi-args", mpi_args,
-        *(["--hierarchical-allreduce"] if hierarchical else []),
         sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", sizes,
         "--seconds", str(seconds), "--small-count", "20", "--json", str(out),
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # The launcher passes RINGTRAIN_* variables on to every rank.
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), RINGTRAIN_HIERARCHICAL_ALLREDUCE=str(int(hierarchical))
+    )
     subprocess.run(netns_cluster.on_host(names[0], command), check=True, env=env, timeout=1800)
     return json.loads(Path(out).read_text())
 
