@@ -76,7 +76,7 @@ class Engine:
         self._wakeup = threading.Event()
         self._outbox: list[Request] = []
         self._inflight: dict[str, Request] = {}
-        self._cache: dict[messages.Meta, int] = {}
+        self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
         self._sends: list[MPI.Request] = []
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
@@ -173,6 +173,11 @@ class Engine:
             self._wakeup.wait(sleep)
             self._wakeup.clear()
 
+    def _cached(self, meta):
+        """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
+        cached = self._cache.get(meta.name)
+        return cached[1] if cached is not None and cached[0] == meta else meta
+
     def _finish(self):
         """Leave no control message unmatched, so freed communicators carry nothing stale.
 
@@ -192,7 +197,7 @@ class Engine:
         with self._lock:
             new, self._outbox = self._outbox, []
             shutdown, self._shutdown_asked = self._shutdown_asked, False
-        entries = [self._cache.get(r.meta, r.meta) for r in new]
+        entries = [self._cached(r.meta) for r in new]
         if self._timeline is not None:
             sent = tl.now_ns()
             for request in new:
@@ -244,7 +249,7 @@ class Engine:
         for request in requests if response.cache_ids else ():
             ids = response.cache_ids.get(request.meta.name) if request is not None else None
             if ids and ids[self.rank] is not None:
-                self._cache[request.meta] = ids[self.rank]
+                self._cache[request.meta.name] = (request.meta, ids[self.rank])
         results = self._executor.run(response, requests)
         for request, result in zip(requests, results, strict=True):
             if request is not None:

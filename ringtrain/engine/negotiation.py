@@ -79,16 +79,18 @@ class Coordinator:
         for name in self._ready:
             if name in taken:
                 continue
-            metas = self._table[name]
-            group = next(iter(metas.values())).group
-            members = [name] if not group else list(group)
-            if group and not all(m in self._ready_at for m in members):
-                continue
+            first = self._canonical(name)
+            if first.group is None:
+                members, canon = [name], [first]
+            else:
+                members = list(first.group)
+                if not all(m in self._ready_at for m in members):
+                    continue
+                canon = [self._canonical(m) for m in members]
             taken.update(members)
             error = None
-            for member in members:
-                error = error or self._disagreement(member)
-            canon = [self._canonical(m) for m in members]
+            for member, meta in zip(members, canon, strict=True):
+                error = error or self._disagreement(member, meta)
             if error:
                 out.append(Response(canon[0].kind, members, canon, error=error))
             elif canon[0].kind == messages.ALLREDUCE:
@@ -131,7 +133,8 @@ class Coordinator:
         joined = tuple(sorted(self._joined))
         if kind == messages.ALLREDUCE and not joined:
             metas = []  # every rank has its own metas; keep the steady-state message small
-        cache_ids = {n: self._cache_ids(n) for n in names if n in self._uncached}
+        uncached = self._uncached
+        cache_ids = {n: self._cache_ids(n) for n in names if n in uncached} if uncached else {}
         return Response(kind, names, metas, per_rank, joined, cache_ids=cache_ids)
 
     def _cache_ids(self, name):
@@ -151,9 +154,8 @@ class Coordinator:
         metas = self._table[name]
         return metas[0] if 0 in metas else metas[min(metas)]
 
-    def _disagreement(self, name):
+    def _disagreement(self, name, first):
         by_rank = self._table[name]
-        first = self._canonical(name)
         if not self._joined and all(m == first for m in by_rank.values()):
             return None  # the steady-state case: every rank sent the same meta
         if len({m.kind for m in by_rank.values()}) > 1:
