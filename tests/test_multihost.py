@@ -5,7 +5,6 @@ hostname (see ``multihost/netns_cluster.py``); Open MPI reaches them through a r
 agent instead of ssh. Needs root and ``ip`` (iproute2); skipped where namespaces cannot be made.
 """
 
-import ipaddress
 import os
 import re
 import shlex
@@ -82,14 +81,7 @@ def test_allreduce_and_training_across_hosts(cluster, options, settings):
     ("mode", "rank", "message"),
     [
         ("raise", 3, r"rank 3 on host {2} raised RuntimeError"),
-        # Open MPI names the killed rank, unless a peer's TCP connection to it fails first:
-        # then it names the peer that aborted, and the dead host only as that peer's peer.
-        (
-            "kill",
-            2,
-            r"process rank 2 with PID \d+ on node {1} exited on\s+signal 9"
-            r"|Peer host:\s+{1}|connect\(\) to {address}:\d+ failed",
-        ),
+        ("kill", 2, r"process rank 2 with PID \d+ on node {1} exited on\s+signal 9"),
     ],
     ids=["raised", "killed"],
 )
@@ -97,6 +89,5 @@ def test_a_dead_rank_on_another_host_ends_the_job(cluster, mode, rank, message):
     names, _ = cluster
     done, took = _launch(cluster, str(SCRIPTS / "failing_rank.py"), mode, str(rank))
     assert done.returncode != 0
-    address = re.escape(str(list(ipaddress.ip_network(netns_cluster.SUBNET).hosts())[1]))
-    assert re.search(message.format(*names, address=address), done.stderr), done.stderr
+    assert re.search(message.format(*names), done.stderr), done.stderr
     assert took < DEADLINE

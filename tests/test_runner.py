@@ -115,7 +115,7 @@ def test_openmpi_argv_on_this_machine():
     job = Job(command=("python", "train.py"), num_proc=3)
     assert openmpi.build_argv("/opt/bin/mpirun", job) == [
         "/opt/bin/mpirun", "-np", "3", "--allow-run-as-root", "--bind-to", "none",
-        "--map-by", "slot:OVERSUBSCRIBE", "--output", "tag",
+        "--map-by", "slot:OVERSUBSCRIBE", "--output", "tag", "--mca", "opal_abort_delay", "2",
         "python", "train.py",
     ]  # fmt: skip
 
@@ -131,7 +131,7 @@ def test_openmpi_argv_with_everything():
     )
     assert openmpi.build_argv("mpirun", job) == [
         "mpirun", "-np", "4", "--allow-run-as-root", "--bind-to", "none",
-        "--map-by", "slot", "--output", "tag",
+        "--map-by", "slot", "--output", "tag", "--mca", "opal_abort_delay", "2",
         "--host", "node a:2,b:2",
         "--mca", "btl_tcp_if_include", "10.0.0.0/24",
         "--prtemca", "oob_tcp_if_include", "10.0.0.0/24",
@@ -309,7 +309,8 @@ def test_dry_run_prints_the_exact_command(tmp_path, capsys, monkeypatch):
     assert status == 0
     assert shlex.split(printed) == [
         find_mpirun(), "-np", "4", "--allow-run-as-root", "--bind-to", "none",
-        "--map-by", "slot", "--output", "tag", "--host", "node1:2,node2:2",
+        "--map-by", "slot", "--output", "tag", "--mca", "opal_abort_delay", "2",
+        "--host", "node1:2,node2:2",
         "-x", "RINGTRAIN_FUSION_THRESHOLD=33554432", "-x", "RINGTRAIN_STALL_CHECK_SECONDS=5",
         "--mca", "btl", "tcp,self",
         "python", *GUARD, "train.py", "--tag", "two words",

@@ -17,6 +17,9 @@ def main() -> None:
     """Fail on the chosen rank; on the others, wait for it in an allreduce."""
     mode, victim = sys.argv[1], int(sys.argv[2])
     comm = MPI.COMM_WORLD
+    # Connect every pair first (Open MPI connects lazily), so that the peers of a killed rank
+    # notice it at once: the launcher must still report the killed rank, not them.
+    comm.alltoall(list(range(comm.Get_size())))
     if comm.Get_rank() == victim:
         _fail(mode, int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     total = comm.allreduce(comm.Get_rank())
