@@ -79,6 +79,9 @@ _FIELDS = {
 }
 
 
+_NONE_ALLOWED = frozenset(f.name for f in dataclasses.fields(Settings) if f.default is None)
+
+
 def env_name(field: str) -> str:
     """Return the environment variable that sets ``field``."""
     return PREFIX + _FIELDS[field][0]
@@ -107,11 +110,8 @@ def read(environ=None, **overrides) -> Settings:
                 f"init() got an unknown setting {field!r}; known settings are "
                 f"{', '.join(sorted(_FIELDS))}"
             )
-        if value is not None or field in (
-            "timeline",
-            "stall_shutdown_seconds",
-            "hierarchical_allreduce",
-        ):
+        # None leaves a setting as it was, except where None is itself a value ("off").
+        if value is not None or field in _NONE_ALLOWED:
             parse = _FIELDS[field][1]
             values[field] = value if value is None else _apply(parse, value, field)
     return Settings(**values)
