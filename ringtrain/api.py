@@ -214,14 +214,7 @@ def _check_out(out, array):
 
 
 def allreduce_async(
-    tensor,
-    average=None,
-    name=None,
-    op=None,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-    out=None,
-    _group=None,
+    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, out=None
 ) -> Handle:
     """Start reducing ``tensor`` over all ranks (default op Average); return a handle.
 
@@ -230,21 +223,27 @@ def allreduce_async(
     """
     engine = _the_engine()
     array = _input(tensor, "allreduce", allow_device=True)
+    meta = _allreduce_meta(
+        _name("allreduce", name), array, array.shape, op, average, prescale_factor, postscale_factor
+    )
+    return engine.submit(meta, array, _check_out(out, array)).handle
+
+
+def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=None):
     op = _op(op, average)
     dtype = np.dtype(array.dtype)
     if op == ReduceOp.Average and is_integer(dtype) and is_device_array(array):
         raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
-    meta = messages.Meta(
-        name=_name("allreduce", name),
+    return messages.Meta(
+        name=name,
         kind=messages.ALLREDUCE,
         dtype=name_of(dtype),
-        shape=array.shape,
+        shape=shape,
         op=int(op),
-        prescale=_scale(prescale_factor, "prescale_factor", dtype),
-        postscale=_scale(postscale_factor, "postscale_factor", dtype),
-        group=_group,
+        prescale=_scale(prescale, "prescale_factor", dtype),
+        postscale=_scale(postscale, "postscale_factor", dtype),
+        group=group,
     )
-    return engine.submit(meta, array, _check_out(out, array)).handle
 
 
 def allreduce(
@@ -258,23 +257,47 @@ def allreduce(
 
 def grouped_allreduce_async(
     tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
-) -> list[Handle]:
-    """Start reducing ``tensors`` as one group, which is reduced together; return handles."""
-    _the_engine()
-    base = _name("grouped_allreduce", name)
-    names = tuple(f"{base}.{i}" for i in range(len(tensors)))
-    return [
-        allreduce_async(t, average, n, op, prescale_factor, postscale_factor, _group=names)
-        for t, n in zip(tensors, names, strict=True)
-    ]
+) -> Handle:
+    """Start reducing ``tensors`` (one dtype) together as one unit; return one handle.
+
+    The group is negotiated and fused as a whole, so it costs the engine one submission, not
+    one per tensor. ``synchronize`` on the handle returns the list of results, in order.
+    """
+    engine = _the_engine()
+    arrays = [_input(t, "grouped_allreduce", allow_device=True) for t in tensors]
+    if not arrays:
+        raise ValueError("grouped_allreduce needs at least one tensor; got an empty list")
+    first = arrays[0]
+    for i, array in enumerate(arrays):
+        if array.dtype != first.dtype or is_device_array(array) != is_device_array(first):
+            where = "device" if is_device_array(array) else "host"
+            raise TypeError(
+                f"grouped_allreduce: tensor {i} is a {array.dtype} {where} array, but tensor 0 "
+                f"is {first.dtype} on the {'device' if is_device_array(first) else 'host'}; "
+                "every tensor of a group must share its dtype and where it lives"
+            )
+    shapes = tuple(tuple(a.shape) for a in arrays)
+    total = sum(math.prod(s) for s in shapes)
+    meta = _allreduce_meta(
+        _name("grouped_allreduce", name),
+        first,
+        (total,),
+        op,
+        average,
+        prescale_factor,
+        postscale_factor,
+        group=shapes,
+    )
+    return engine.submit(meta, arrays).handle
 
 
 def grouped_allreduce(
     tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
 ) -> list:
     """Reduce ``tensors`` as one group and return the results in order."""
-    handles = grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor)
-    return [synchronize(h) for h in handles]
+    return synchronize(
+        grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor)
+    )
 
 
 def allgather_async(tensor, name=None) -> Handle:

@@ -1,5 +1,6 @@
 """Behaviour under a real mpirun at 1 to 4 ranks (oversubscribed), each run with a timeout."""
 
+import glob
 import json
 import re
 
@@ -12,6 +13,21 @@ WORLDS = [1, 2, 3, 4]
 @pytest.mark.parametrize("np", WORLDS)
 def test_allreduce_every_dtype_and_op(np):
     check("check_allreduce.py", np, timeout=240)
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_the_message_ring_with_shared_memory_off(np):
+    env = {"RINGTRAIN_SHARED_MEMORY_BYTES": "0"}
+    check("check_allreduce.py", np, env=env, timeout=240)
+    check("check_collectives.py", np, env=env)
+
+
+def test_shared_memory_that_cannot_be_had_falls_back_to_messages_with_a_warning():
+    # No tmpfs holds 2 x 2 x 1 PiB: creating the file fails, and the job goes on without it.
+    env = {"RINGTRAIN_SHARED_MEMORY_BYTES": str(2**50)}
+    result = check("check_engine.py", 2, env=env)
+    assert "ringtrain: warning: cannot create a" in result.stderr
+    assert "sends every segment as an MPI message instead" in result.stderr
 
 
 @pytest.mark.parametrize("np", WORLDS)
@@ -106,8 +122,11 @@ def test_a_burst_of_small_tensors_is_fused_into_few_ring_passes(tmp_path):
 
 @pytest.mark.parametrize("np", [2, 3])
 def test_a_rank_that_raises_stops_the_others_instead_of_hanging(np):
+    before = set(glob.glob("/dev/shm/ringtrain-*"))
     result = run("check_rank_exit.py", np, timeout=60)
     assert result.returncode != 0
+    # The shared-memory file is unlinked once mapped: an aborted job leaves nothing behind.
+    assert set(glob.glob("/dev/shm/ringtrain-*")) <= before
     assert f"RuntimeError: rank {np - 1} fails on purpose" in result.stderr
     for r in range(np - 1):
         assert (

@@ -1,5 +1,7 @@
 """The coordinator, fusion planner and stall inspector, driven directly (no MPI)."""
 
+import math
+
 import pytest
 
 from ringtrain.engine import fusion, messages
@@ -39,12 +41,12 @@ def test_ready_only_when_every_rank_submitted_in_any_order():
 
 
 def test_fusion_respects_threshold_and_key():
-    units = [[_ar(n, shape=(256,))] for n in "abcd"]  # 1 KiB each
-    units.append([_ar("e", shape=(256,), dtype="float64")])
-    units.append([_ar("f", shape=(256,), op=4)])
-    plan = fusion.plan(units, threshold=2048)
+    metas = [_ar(n, shape=(256,)) for n in "abcd"]  # 1 KiB each
+    metas.append(_ar("e", shape=(256,), dtype="float64"))
+    metas.append(_ar("f", shape=(256,), op=4))
+    plan = fusion.plan(metas, threshold=2048)
     assert [[m.name for m in f] for f in plan] == [["a", "b"], ["c", "d"], ["e"], ["f"]]
-    assert [[m.name for m in f] for f in fusion.plan(units, threshold=0)] == [[n] for n in "abcdef"]
+    assert [[m.name for m in f] for f in fusion.plan(metas, threshold=0)] == [[n] for n in "abcdef"]
 
 
 def test_float16_counts_as_float32_in_the_buffer():
@@ -117,15 +119,41 @@ def test_cache_capacity_zero_assigns_no_ids():
     assert coord.responses()[0].cache_ids == {"a": [None]}
 
 
-def test_grouped_tensors_wait_for_the_whole_group():
+def _group(name, *shapes, **fields):
+    total = sum(math.prod(s) for s in shapes)
+    return _ar(name, shape=(total,), group=shapes, **fields)
+
+
+def test_a_group_is_negotiated_and_fused_as_one_unit():
     coord, _ = _coordinator(2)
-    group = ("g.0", "g.1")
-    coord.add(0, [_ar("g.0", group=group), _ar("g.1", group=group)])
-    coord.add(1, [_ar("g.0", group=group)])
-    assert coord.responses() == []
-    coord.add(1, [_ar("g.1", group=group)])
+    coord.add(0, [_group("g", (2,), (3, 4)), _ar("a", shape=(5,))])
+    coord.add(1, [_ar("a", shape=(5,))])
     (response,) = coord.responses()
-    assert response.names == ["g.0", "g.1"]
+    assert response.names == ["a"]
+    coord.add(1, [_group("g", (2,), (3, 4))])
+    (response,) = coord.responses()
+    assert response.names == ["g"] and response.error is None
+    assert fusion.nbytes_in_buffer(_group("g", (2,), (3, 4))) == 56
+
+
+@pytest.mark.parametrize(
+    ("theirs", "shown"),
+    [
+        (
+            _group("g", (2,), (3, 5)),
+            "tensor 'g.1' (member 1 of group 'g'): shape differs across "
+            "ranks (rank 0: (3, 4), rank 1: (3, 5))",
+        ),
+        (_group("g", (2,), (3, 4), (1,)), "rank 0: a group of 2, rank 1: a group of 3"),
+        (_ar("g", shape=(14,)), "rank 0: a group of 2, rank 1: a single tensor"),
+    ],
+)
+def test_group_mismatch_names_the_member_or_the_sizes(theirs, shown):
+    coord, _ = _coordinator(2)
+    coord.add(0, [_group("g", (2,), (3, 4))])
+    coord.add(1, [theirs])
+    (response,) = coord.responses()
+    assert shown in response.error
 
 
 def test_join_lets_others_proceed_and_completes_when_all_joined():

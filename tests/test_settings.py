@@ -9,6 +9,7 @@ def test_defaults():
     s = settings.read({})
     assert s.cycle_time_ms == 1.0 and s.fusion_threshold == 64 * 1024 * 1024
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
+    assert s.shared_memory_bytes == 2 * 1024 * 1024
 
 
 def test_environment_then_keywords_win():
@@ -30,6 +31,7 @@ def test_environment_then_keywords_win():
         ({"RINGTRAIN_FUSION_THRESHOLD": "-1"}, "expected a number >= 0"),
         ({"RINGTRAIN_STALL_CHECK_SECONDS": "nan"}, "expected a finite number"),
         ({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "maybe"}, "expected one of 1/0, true/false"),
+        ({"RINGTRAIN_SHARED_MEMORY_BYTES": "-5"}, "SHARED_MEMORY_BYTES: expected a number >= 0"),
     ],
 )
 def test_bad_environment_values_name_variable_and_value(env, message):

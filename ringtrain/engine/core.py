@@ -58,12 +58,14 @@ class Engine:
             # hosts, and loses to the flat ring within one host. On rank 0, which decides,
             # cross_size is the number of hosts.
             hierarchical = topology.cross_size > 1 and most_per_host > 1
-        chunk_bytes, hierarchical = self._ctrl.bcast(
-            (settings.ring_chunk_bytes, hierarchical), root=0
+        chunk_bytes, shared_bytes, hierarchical = self._ctrl.bcast(
+            (settings.ring_chunk_bytes, settings.shared_memory_bytes, hierarchical), root=0
         )
         self._pool = BufferPool()
-        ring_class = HierarchicalRing if hierarchical else Ring
-        self.ring = ring_class(self._data, chunk_bytes, self._pool)
+        if hierarchical:
+            self.ring = HierarchicalRing(self._data, chunk_bytes, self._pool)
+        else:
+            self.ring = Ring(self._data, chunk_bytes, self._pool, shared_bytes)
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.ring, self._data, self._pool, self._timeline)
         self._coordinator = None

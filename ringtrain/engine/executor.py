@@ -9,6 +9,7 @@ from ringtrain import kernels
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
+from ringtrain.engine.messages import member_shapes
 from ringtrain.ops import ReduceOp
 from ringtrain.ring.schedule import segment_bounds
 
@@ -87,10 +88,16 @@ class Executor:
         op, postscale, contributors = self._reduction(response, metas[0])
         prescale = metas[0].prescale
         present = [r for r in requests if r is not None]
-        backend = kernels.backend_for(present[0].array) if present else _CPU
+        backend = kernels.backend_for(_arrays(present[0])[0]) if present else _CPU
         start = tl.now_ns()
         one = requests[0]
-        if len(requests) == 1 and one is not None and backend is _CPU and dtype == wire:
+        if (
+            len(requests) == 1
+            and one is not None
+            and one.meta.group is None
+            and backend is _CPU
+            and dtype == wire
+        ):
             # One tensor: the ring reads it in place and writes the result, no fusion buffer.
             outputs = [one.out if one.out is not None else np.empty(one.meta.shape, dtype)]
             source = one.array.reshape(-1)
@@ -100,22 +107,31 @@ class Executor:
             packed = tl.now_ns()
             reduced = self.ring.allreduce(source, outputs[0].reshape(-1), op, postscale)
             gathered = unpacked = tl.now_ns()
+            results = outputs
         else:
-            sizes = [math.prod(m.shape) for m in metas]
+            # Every tensor of every request (a group has several), laid end to end.
+            members = [
+                (r, s) for r, m in zip(requests, metas, strict=True) for s in member_shapes(m)
+            ]
+            owners = [r for r, _ in members]
+            shapes = [s for _, s in members]
+            sizes = [math.prod(s) for s in shapes]
             offsets = _displacements(sizes)
             host = self._pool.get("fusion", sum(sizes), wire)
             fill = identity(ReduceOp(metas[0].op), wire)
-            for r, off, n in zip(requests, offsets, sizes, strict=True):
+            for r, off, n in zip(owners, offsets, sizes, strict=True):
                 if r is None:
                     host[off : off + n] = fill
-            sources = [r.array for r in present]
-            source_offsets = [o for r, o in zip(requests, offsets, strict=True) if r is not None]
+            sources = [a for r in present for a in _arrays(r)]
+            outs = [o for r in present for o in _outs(r)]
+            source_offsets = [o for r, o in zip(owners, offsets, strict=True) if r is not None]
             staging = host if backend is _CPU else backend.empty(len(host), wire)
             backend.pack(sources, staging, source_offsets, prescale)
             staged = staging is not host and len(host) > 0
             if staged:
                 backend.to_host(staging, host)
             packed = tl.now_ns()
+            present_shapes = [s for r, s in zip(owners, shapes, strict=True) if r is not None]
             if backend is _CPU and dtype == wire:
                 # The ring writes straight into one new array whose slices are the results:
                 # no copy out of the fusion buffer.
@@ -123,8 +139,8 @@ class Executor:
                 reduced = self.ring.allreduce(host, result, op, postscale)
                 gathered = tl.now_ns()
                 outputs = [
-                    None if r is None else _deliver(result[off : off + n].reshape(m.shape), r.out)
-                    for r, m, off, n in zip(requests, metas, offsets, sizes, strict=True)
+                    _deliver(result[off : off + math.prod(s)].reshape(s), out)
+                    for off, s, out in zip(source_offsets, present_shapes, outs, strict=True)
                 ]
             else:
                 reduced = self.ring.allreduce(host, host, op, postscale)
@@ -132,23 +148,19 @@ class Executor:
                 if staged:
                     backend.to_device(host, staging)
                 outputs = [
-                    None
-                    if r is None
-                    else r.out
-                    if r.out is not None
-                    else backend.empty(m.shape, dtype)
-                    for r, m in zip(requests, metas, strict=True)
+                    out if out is not None else backend.empty(s, dtype)
+                    for s, out in zip(present_shapes, outs, strict=True)
                 ]
-                kept = [o for o in outputs if o is not None]
-                backend.unpack(staging, source_offsets, kept, 1.0)
+                backend.unpack(staging, source_offsets, outputs, 1.0)
             unpacked = tl.now_ns()
+            results = _regroup(requests, outputs)
         self._finish_average(metas[0], outputs, contributors)
         names = response.names
         self._span(names, tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
         self._span(names, tl.REDUCE_SCATTER, packed, reduced)
         self._span(names, tl.ALLGATHER, reduced, gathered)
         self._span(names, tl.MEMCPY_OUT_FUSION_BUFFER, gathered, unpacked)
-        return outputs
+        return results
 
     def _allgather(self, response, requests):
         results = []
@@ -221,6 +233,31 @@ class Executor:
         self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
         self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
         return [out]
+
+
+def _arrays(request):
+    """Return the arrays of ``request``: a group's list, or its one array in a list."""
+    return request.array if request.meta.group is not None else [request.array]
+
+
+def _outs(request):
+    """Return where each array of ``request`` goes: None for a new array."""
+    return [None] * len(request.array) if request.meta.group is not None else [request.out]
+
+
+def _regroup(requests, outputs):
+    """Return one result per request from the outputs of the present requests' tensors."""
+    results, taken = [], 0
+    for request in requests:
+        if request is None:
+            results.append(None)
+        elif request.meta.group is not None:
+            results.append(outputs[taken : taken + len(request.array)])
+            taken += len(request.array)
+        else:
+            results.append(outputs[taken])
+            taken += 1
+    return results
 
 
 def _deliver(result, out):

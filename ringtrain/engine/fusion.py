@@ -17,24 +17,24 @@ def nbytes_in_buffer(meta) -> int:
     return math.prod(meta.shape) * _ITEMSIZE_IN_BUFFER[meta.dtype]
 
 
-def plan(units, threshold: int) -> list[list]:
-    """Group ``units`` (each a non-empty list of metas that must stay together) into fusions.
+def plan(metas, threshold: int) -> list[list]:
+    """Group ``metas`` (a grouped allreduce is one meta) into fusions of up to ``threshold`` bytes.
 
-    Units are taken in order; a unit joins the open fusion of its key while the total stays
-    within ``threshold`` bytes, else it starts a new one. A unit larger than the threshold is
-    a fusion of its own. The result lists fusions in the order their first unit came.
+    Metas are taken in order; one joins the open fusion of its key while the total stays
+    within ``threshold`` bytes, else it starts a new one. A meta larger than the threshold is
+    a fusion of its own. The result lists fusions in the order their first meta came.
     """
     fusions: list[list] = []
     open_by_key: dict[tuple, tuple[list, int]] = {}
-    for unit in units:
-        key = fusion_key(unit[0])
-        size = sum(nbytes_in_buffer(m) for m in unit)
+    for meta in metas:
+        key = fusion_key(meta)
+        size = nbytes_in_buffer(meta)
         current = open_by_key.get(key)
         if current is not None and current[1] + size <= threshold:
-            current[0].extend(unit)
+            current[0].append(meta)
             open_by_key[key] = (current[0], current[1] + size)
             continue
-        fusion = list(unit)
+        fusion = [meta]
         fusions.append(fusion)
         open_by_key[key] = (fusion, size)
     return fusions

@@ -28,18 +28,23 @@ class Meta(typing.NamedTuple):
     postscale: float = 1.0
     root: int = -1
     splits: tuple | None = None
-    group: tuple | None = None
+    group: tuple | None = None  # a grouped allreduce: its members' shapes; shape is (total,)
 
 
 # Fields that must agree across ranks, per kind. A field missing here may differ.
 AGREED_FIELDS = {
-    ALLREDUCE: ("dtype", "shape", "op", "prescale", "postscale", "group"),
+    ALLREDUCE: ("dtype", "group", "shape", "op", "prescale", "postscale"),
     REDUCESCATTER: ("dtype", "shape", "op", "prescale", "postscale"),
     ALLGATHER: ("dtype", "trailing_shape"),
     BROADCAST: ("dtype", "shape", "root"),
     ALLTOALL: ("dtype", "trailing_shape"),
     JOIN: (),
 }
+
+
+def member_shapes(meta: Meta) -> tuple:
+    """Return the shapes of the tensors ``meta`` stands for: a group's members, or its own."""
+    return meta.group if meta.group is not None else (meta.shape,)
 
 
 def field_value(meta: Meta, field: str):

@@ -74,37 +74,23 @@ class Coordinator:
     def responses(self) -> list[Response]:
         """Return what every rank must run now, in order, and forget it."""
         out: list[Response] = []
-        allreduce_units = []
-        taken = set()
+        allreduces = []
         for name in self._ready:
-            if name in taken:
-                continue
-            first = self._canonical(name)
-            if first.group is None:
-                members, canon = [name], [first]
-            else:
-                members = list(first.group)
-                if not all(m in self._ready_at for m in members):
-                    continue
-                canon = [self._canonical(m) for m in members]
-            taken.update(members)
-            error = None
-            for member, meta in zip(members, canon, strict=True):
-                error = error or self._disagreement(member, meta)
+            meta = self._canonical(name)
+            error = self._disagreement(name, meta)
             if error:
-                out.append(Response(canon[0].kind, members, canon, error=error))
-            elif canon[0].kind == messages.ALLREDUCE:
-                allreduce_units.append(canon)
+                out.append(Response(meta.kind, [name], [meta], error=error))
+            elif meta.kind == messages.ALLREDUCE:
+                allreduces.append(meta)
             else:
-                out.append(self._single(canon[0]))
-        for fused in fusion.plan(allreduce_units, self.fusion_threshold):
+                out.append(self._response(meta.kind, [meta]))
+        for fused in fusion.plan(allreduces, self.fusion_threshold):
             out.append(self._response(messages.ALLREDUCE, fused))
-        if taken:
-            self._ready = [name for name in self._ready if name not in taken]
-        for name in taken:
+        for name in self._ready:
             del self._table[name]
             del self._ready_at[name]
             self._uncached.pop(name, None)
+        self._ready = []
         if len(self._joined) == self.size:
             out.append(Response(messages.JOIN, [messages.JOIN_NAME], last_joined=self._joined[-1]))
             self._joined = []
@@ -121,9 +107,6 @@ class Coordinator:
         """Return (warnings, fatal stalls) as one-line messages."""
         warn, fatal = self.stall.check(self._clock(), self._missing)
         return [describe(s) for s in warn], [describe(s) for s in fatal]
-
-    def _single(self, meta):
-        return self._response(meta.kind, [meta])
 
     def _response(self, kind, metas):
         names = [m.name for m in metas]
@@ -172,6 +155,8 @@ class Coordinator:
             return None
         for field in messages.AGREED_FIELDS[first.kind]:
             values = {messages.field_value(m, field) for m in by_rank.values()}
+            if len(values) > 1 and field == "group":
+                return _group_mismatch(name, by_rank)
             if len(values) > 1:
                 return _mismatch(
                     name, field, by_rank, lambda m, f=field: messages.field_value(m, f)
@@ -185,3 +170,24 @@ def _mismatch(name, field, by_rank, value_of):
 
     parts = ", ".join(f"rank {r}: {show(value_of(by_rank[r]))}" for r in sorted(by_rank))
     return f"tensor {name!r}: {field} differs across ranks ({parts})"
+
+
+def _group_mismatch(name, by_rank):
+    """Describe how ranks' groups under ``name`` differ: in kind, in size, or in a member."""
+
+    def kind(meta):
+        return "a single tensor" if meta.group is None else f"a group of {len(meta.group)}"
+
+    kinds = {r: kind(m) for r, m in by_rank.items()}
+    if len(set(kinds.values())) > 1:
+        parts = ", ".join(f"rank {r}: {kinds[r]}" for r in sorted(kinds))
+        return f"tensor {name!r}: submitted as different groups across ranks ({parts})"
+    members = len(next(iter(by_rank.values())).group)
+    for i in range(members):
+        if len({m.group[i] for m in by_rank.values()}) > 1:
+            parts = ", ".join(f"rank {r}: {by_rank[r].group[i]}" for r in sorted(by_rank))
+            return (
+                f"tensor '{name}.{i}' (member {i} of group {name!r}): shape differs across "
+                f"ranks ({parts})"
+            )
+    raise AssertionError(f"groups under {name!r} differ, yet no member does")

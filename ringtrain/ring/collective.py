@@ -16,15 +16,26 @@ from ringtrain import kernels
 from ringtrain.buffers import BufferPool
 from ringtrain.ops import ReduceOp
 from ringtrain.ring import schedule
+from ringtrain.ring.shared import SharedRegions, SharedRing
 
 _TAG = 7
 _WINDOW = 4  # receives posted ahead of the one being reduced
 
 
 class Ring:
-    """The ring collectives of one rank over ``comm`` (a private communicator)."""
+    """The ring collectives of one rank over ``comm`` (a private communicator).
 
-    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool: BufferPool | None = None):
+    Built collectively over ``comm``. With ``shared_bytes`` and every rank on one host, calls
+    of up to that many bytes go through shared memory (``ringtrain.ring.shared``).
+    """
+
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        chunk_bytes: int,
+        pool: BufferPool | None = None,
+        shared_bytes: int = 0,
+    ):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
@@ -32,6 +43,10 @@ class Ring:
         self._pool = pool or BufferPool()
         self._right = (self.rank + 1) % self.size
         self._left = (self.rank - 1) % self.size
+        self.shared = None
+        if shared_bytes > 0 and self.size > 1 and _one_host(comm):
+            regions = SharedRegions(comm, shared_bytes)
+            self.shared = SharedRing(comm, regions) if regions.available else None
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
@@ -57,6 +72,8 @@ class Ring:
             if len(src) and (src is not dst or postscale != 1.0):
                 backend.pack([src], dst, [0], postscale)
             return time.perf_counter_ns()
+        if self.shared is not None and self.shared.fits(len(src), dst.dtype):
+            return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         chunk = max(1, self.chunk_bytes // dst.itemsize)
         last_reduce = self.size - 2
@@ -111,3 +128,12 @@ class Ring:
             post_ahead()
         MPI.Request.Waitall(hazard_sends + final_sends)
         return reduce_scatter_end
+
+
+def _one_host(comm) -> bool:
+    """Return True on every rank if all of ``comm`` shares one host (collective)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size() == comm.Get_size()
+    finally:
+        local.Free()

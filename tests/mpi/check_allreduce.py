@@ -1,5 +1,7 @@
 """Allreduce of every dtype and op on rank-distinct data, checked against NumPy."""
 
+import os
+
 import numpy as np
 from common import DTYPES, OPS, assert_equal, expected, main, rank_data, same_bits_everywhere
 
@@ -11,6 +13,12 @@ SHAPES = [(0,), (1,), (7,), (3, 5), (10007,)]
 def body():
     ringtrain.init()
     r, n = ringtrain.rank(), ringtrain.size()
+    # Every rank is on this one host: the flat ring takes calls up to the setting through
+    # shared memory.
+    shared_on = os.environ.get("RINGTRAIN_SHARED_MEMORY_BYTES") != "0"
+    flat = os.environ.get("RINGTRAIN_HIERARCHICAL_ALLREDUCE") != "1"
+    uses_shared = getattr(ringtrain.api._engine.ring, "shared", None) is not None
+    assert uses_shared == (shared_on and flat and n > 1), f"shared memory in use: {uses_shared}"
     for dtype in DTYPES:
         for op in OPS:
             for shape in SHAPES:

@@ -40,6 +40,25 @@ def body():
         )
         assert_equal(g, want, f"group member {k}")
 
+    # A group of lengths 0, 1 and uneven: float16 (widened in the fusion buffer), ints, and
+    # async groups in flight together with a single tensor.
+    shapes = [(0,), (1,), (3, 5), (10007,), (2, 0)]
+    for dtype in (np.float16, np.int32):
+        mine = [rank_data(r, s, dtype, 20 + k) for k, s in enumerate(shapes)]
+        handle = ringtrain.grouped_allreduce_async(mine, op=ringtrain.Sum, name=f"mixed.{dtype}")
+        lone = ringtrain.allreduce_async(np.full(3, r, np.int64), op=ringtrain.Sum, name="lone")
+        got = ringtrain.synchronize(handle)
+        assert len(got) == len(shapes), f"{len(got)} results for {len(shapes)} tensors"
+        for k, (g, s) in enumerate(zip(got, shapes, strict=True)):
+            want = expected(
+                ringtrain.Sum, [rank_data(i, s, dtype, 20 + k) for i in range(n)], dtype
+            )
+            assert_equal(g, want, f"{np.dtype(dtype)} group member {k} {s}")
+            same_bits_everywhere(g, f"{np.dtype(dtype)} group member {k}")
+        assert_equal(
+            ringtrain.synchronize(lone), np.full(3, sum(range(n)), np.int64), "beside a group"
+        )
+
     # Join: rank i has i + 1 batches; the others go on reducing with the ranks left.
     batches = r + 1
     for step in range(n):
@@ -53,6 +72,12 @@ def body():
         )
         s = ringtrain.allreduce(np.array([r + 1], np.int64), name=f"esum.{step}", op=ringtrain.Min)
         assert_equal(s, np.array([min(i + 1 for i in active)], np.int64), f"join min {step}")
+        pair = ringtrain.grouped_allreduce(
+            [np.full(2, r + 1.0), np.full((1, 3), r + 1.0)], name=f"egrp.{step}", op=ringtrain.Max
+        )
+        most = max(i + 1.0 for i in active)
+        assert_equal(pair[0], np.full(2, most), f"join group {step}")
+        assert_equal(pair[1], np.full((1, 3), most), f"join group {step}")
     last = ringtrain.join()
     assert last == n - 1, f"join returned {last}, expected the last rank to join, {n - 1}"
 

@@ -64,6 +64,23 @@ def body():
                 else ringtrain.allreduce_async(np.ones(2), name="kind")
             ),
         )
+        shapes = ", ".join(f"rank {i}: ({2 + (i == n - 1)},)" for i in range(n))
+        expect(
+            ringtrain.MismatchError,
+            f"tensor 'grp.1' (member 1 of group 'grp'): shape differs across ranks ({shapes})",
+            lambda: ringtrain.grouped_allreduce(
+                [np.ones(1), np.ones(2 + (r == n - 1))], name="grp"
+            ),
+        )
+        expect(
+            ringtrain.MismatchError,
+            "rank 0: a group of 2, rank 1: a single tensor",
+            lambda: ringtrain.synchronize(
+                ringtrain.allreduce_async(np.ones(3), name="grp2")
+                if r
+                else ringtrain.grouped_allreduce_async([np.ones(1), np.ones(2)], name="grp2")
+            ),
+        )
         expect(
             ringtrain.MismatchError,
             "trailing_shape differs",
@@ -75,6 +92,14 @@ def body():
         ringtrain.allreduce(np.ones(5), op=ringtrain.Sum, name="fine"),
         np.full(5, float(n)),
         "after mismatches",
+    )
+
+    # A group needs tensors, all of one dtype and all on the host or all on the device.
+    expect(ValueError, "needs at least one tensor", lambda: ringtrain.grouped_allreduce([]))
+    expect(
+        TypeError,
+        "tensor 1 is a float64 host array, but tensor 0 is float32 on the host",
+        lambda: ringtrain.grouped_allreduce([np.ones(2, np.float32), np.ones(2)]),
     )
 
     # A name in flight cannot be submitted again.
