@@ -21,6 +21,15 @@ def body():
                 assert hasattr(got, "copy_to_host"), f"expected a device array, got {type(got)}"
                 want = expected(op, [rank_data(i, shape, dtype) for i in range(n)], dtype)
                 assert_equal(_host(got, dtype), want, f"device {np.dtype(dtype)} {op.name}")
+    # A group of device arrays comes back as a list of device arrays.
+    shapes = [(0,), (1,), (5, 2)]
+    mine = [cuda.to_device(rank_data(r, s, np.float16, k)) for k, s in enumerate(shapes)]
+    got = ringtrain.grouped_allreduce(mine, op=ringtrain.Sum, name="device group")
+    for k, (g, s) in enumerate(zip(got, shapes, strict=True)):
+        want = expected(
+            ringtrain.Sum, [rank_data(i, s, np.float16, k) for i in range(n)], np.float16
+        )
+        assert_equal(_host(g, np.float16), want, f"device group member {k}")
     ringtrain.shutdown()
 
 
