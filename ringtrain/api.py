@@ -268,13 +268,13 @@ def grouped_allreduce_async(
     if not arrays:
         raise ValueError("grouped_allreduce needs at least one tensor; got an empty list")
     first = arrays[0]
+    places = ["device" if is_device_array(a) else "host" for a in arrays]
     for i, array in enumerate(arrays):
-        if array.dtype != first.dtype or is_device_array(array) != is_device_array(first):
-            where = "device" if is_device_array(array) else "host"
+        if array.dtype != first.dtype or places[i] != places[0]:
             raise TypeError(
-                f"grouped_allreduce: tensor {i} is a {array.dtype} {where} array, but tensor 0 "
-                f"is {first.dtype} on the {'device' if is_device_array(first) else 'host'}; "
-                "every tensor of a group must share its dtype and where it lives"
+                f"grouped_allreduce: tensor {i} is a {array.dtype} {places[i]} array, but "
+                f"tensor 0 is {first.dtype} on the {places[0]}; every tensor of a group must "
+                "share its dtype and where it lives"
             )
     shapes = tuple(tuple(a.shape) for a in arrays)
     total = sum(math.prod(s) for s in shapes)
