@@ -1,6 +1,22 @@
 """Host buffers that are allocated once, grown when needed and reused by every call."""
 
+import math
+
 import numpy as np
+
+# TensorFlow takes a NumPy result over without copying it only when its data starts on a
+# 64-byte boundary; NumPy's own allocations of large arrays start 16 bytes past a page.
+ALIGNMENT = 64
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """Return an uninitialised array of ``shape`` whose data starts on an ALIGNMENT boundary."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 class BufferPool:

@@ -334,3 +334,13 @@ def test_a_function_numba_cannot_cache_still_compiles():
     namespace = {}
     exec(compile("def plus_one(x):\n    return x + 1\n", "<no file>", "exec"), namespace)
     assert cpu._njit(namespace["plus_one"])(1) == 2
+
+
+@pytest.mark.parametrize("shape", [0, 1, 7, (3, 5), (1025, 3), (2, 0)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
+def test_empty_arrays_start_on_a_64_byte_boundary(shape, dtype):
+    array = cpu.empty(shape, dtype)
+    assert array.shape == ((shape,) if isinstance(shape, int) else shape)
+    assert array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable
+    if array.size:
+        assert array.ctypes.data % 64 == 0

@@ -6,6 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ringtrain import kernels
+from ringtrain.buffers import ALIGNMENT, aligned_empty
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
@@ -99,7 +100,7 @@ class Executor:
             and dtype == wire
         ):
             # One tensor: the ring reads it in place and writes the result, no fusion buffer.
-            outputs = [one.out if one.out is not None else np.empty(one.meta.shape, dtype)]
+            outputs = [one.out if one.out is not None else aligned_empty(one.meta.shape, dtype)]
             source = one.array.reshape(-1)
             if prescale != 1.0:
                 source = self._pool.get("fusion", source.size, wire)
@@ -109,15 +110,17 @@ class Executor:
             gathered = unpacked = tl.now_ns()
             results = outputs
         else:
-            # Every tensor of every request (a group has several), laid end to end.
+            # Every tensor of every request (a group has several), laid end to end, each
+            # aligned so that its slice of the result is too; what lies between is unused.
             members = [
                 (r, s) for r, m in zip(requests, metas, strict=True) for s in member_shapes(m)
             ]
             owners = [r for r, _ in members]
             shapes = [s for _, s in members]
             sizes = [math.prod(s) for s in shapes]
-            offsets = _displacements(sizes)
-            host = self._pool.get("fusion", sum(sizes), wire)
+            offsets = _aligned_displacements(sizes, wire.itemsize)
+            total = offsets[-1] + sizes[-1]
+            host = self._pool.get("fusion", total, wire)
             fill = identity(ReduceOp(metas[0].op), wire)
             for r, off, n in zip(owners, offsets, sizes, strict=True):
                 if r is None:
@@ -135,7 +138,7 @@ class Executor:
             if backend is _CPU and dtype == wire:
                 # The ring writes straight into one new array whose slices are the results:
                 # no copy out of the fusion buffer.
-                result = np.empty(len(host), wire)
+                result = aligned_empty((total,), wire)
                 reduced = self.ring.allreduce(host, result, op, postscale)
                 gathered = tl.now_ns()
                 outputs = [
@@ -171,7 +174,7 @@ class Executor:
             dtype = by_name(meta.dtype)
             row_bytes = math.prod(meta.shape[1:]) * dtype.itemsize
             rows = [m.shape[0] if m is not None else 0 for m in per_rank]
-            out = np.empty((sum(rows), *meta.shape[1:]), dtype)
+            out = aligned_empty((sum(rows), *meta.shape[1:]), dtype)
             counts = [n * row_bytes for n in rows]
             displs = _displacements(counts)
             send = _as_bytes(request.array) if request is not None else np.empty(0, np.uint8)
@@ -187,7 +190,7 @@ class Executor:
         if request is None:
             out = self._pool.get("broadcast", math.prod(meta.shape), dtype)
         else:
-            out = np.empty(meta.shape, dtype)
+            out = aligned_empty(meta.shape, dtype)
             if self.rank == meta.root:
                 out[...] = request.array
         self.data.Bcast([_as_bytes(out), MPI.BYTE], root=meta.root)
@@ -202,7 +205,7 @@ class Executor:
         sent = [n * row_bytes for n in per_rank[self.rank].splits]
         got_rows = [m.splits[self.rank] for m in per_rank]
         got = [n * row_bytes for n in got_rows]
-        out = np.empty((sum(got_rows), *meta.shape[1:]), dtype)
+        out = aligned_empty((sum(got_rows), *meta.shape[1:]), dtype)
         self.data.Alltoallv(
             [_as_bytes(request.array), (sent, _displacements(sent)), MPI.BYTE],
             [_as_bytes(out), (got, _displacements(got)), MPI.BYTE],
@@ -226,7 +229,7 @@ class Executor:
         reduced = tl.now_ns()
         lo, hi = bounds[self.rank]
         first, last = row_bounds[self.rank]
-        out = np.empty((last - first, *meta.shape[1:]), dtype)
+        out = aligned_empty((last - first, *meta.shape[1:]), dtype)
         _CPU.unpack(buf[lo:hi], [0], [out], 1.0)
         self._finish_average(meta, [out], contributors)
         self._span([meta.name], tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
@@ -266,6 +269,17 @@ def _deliver(result, out):
         return result
     np.copyto(out, result)
     return out
+
+
+def _aligned_displacements(sizes, itemsize):
+    """Return start offsets for ``sizes`` laid end to end, each rounded up to ALIGNMENT bytes."""
+    step = max(ALIGNMENT // itemsize, 1)
+    offsets, end = [], 0
+    for size in sizes:
+        start = -(-end // step) * step
+        offsets.append(start)
+        end = start + size
+    return offsets
 
 
 def _displacements(counts):

@@ -7,7 +7,7 @@ Both backends are modules with the same functions, so the ring never asks which 
 - ``unpack(buffer, offsets, destinations, scale=1.0)``: the reverse, narrowing float32 to float16
   or bfloat16 with round-to-nearest-even.
 - ``reduce(dst, a, b, op, scale=1.0)``: ``dst[:] = op(a, b) * scale`` element-wise.
-- ``empty(n, dtype)``, ``to_host(device_array, host_array)``, ``to_device(host_array,
+- ``empty(shape, dtype)``, ``to_host(device_array, host_array)``, ``to_device(host_array,
   device_array)``: allocate a buffer and stage it through host memory for MPI.
 
 Integer data accepts only ``scale == 1.0``; so do 16-bit floats copied into a 16-bit buffer,

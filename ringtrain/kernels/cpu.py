@@ -11,6 +11,7 @@ import numba
 import numpy as np
 
 from ringtrain import kernels
+from ringtrain.buffers import aligned_empty
 from ringtrain.ops import ReduceOp
 
 _WIDTH = 16
@@ -229,9 +230,9 @@ def reduce(dst, a, b, op, scale=1.0):
     _reduce(dst, a, b, op, scale)
 
 
-def empty(n, dtype):
-    """Return a new uninitialized 1-D NumPy buffer of ``n`` elements."""
-    return np.empty(n, dtype)
+def empty(shape, dtype):
+    """Return a new uninitialized NumPy array of ``shape`` (an int for 1-D), 64-byte aligned."""
+    return aligned_empty(shape, dtype)
 
 
 def to_host(device_array, host_array):

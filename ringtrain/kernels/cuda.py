@@ -98,9 +98,9 @@ def reduce(dst, a, b, op, scale=1.0):
         _reduce[blocks, _THREADS](*arrays, op, _kernel_scale(scale, dst.dtype))
 
 
-def empty(n, dtype):
-    """Return a new uninitialized 1-D device array of ``n`` elements."""
-    return cuda.device_array(n, dtype=dtype)
+def empty(shape, dtype):
+    """Return a new uninitialized device array of ``shape`` (an int for 1-D)."""
+    return cuda.device_array(shape, dtype=dtype)
 
 
 def to_host(device_array, host_array):

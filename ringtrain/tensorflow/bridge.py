@@ -55,6 +55,19 @@ def enqueue(start, inputs, what: str, count=None):
     return tf.unstack(out, num=count)
 
 
+def _result(handle, describe, finish):
+    try:
+        if isinstance(handle, list):
+            result = [api.synchronize(h) for h in handle]
+        else:
+            result = api.synchronize(handle)
+    except RingtrainError as err:
+        if describe is None:
+            raise
+        raise type(err)(f"{describe}: {err}") from err
+    return result if finish is None else finish(result)
+
+
 def synchronize(token, dtypes, after=(), describe=None, finish=None):
     """Return the result(s) of the enqueue op ``token``; the op runs after every op in ``after``.
 
@@ -65,17 +78,7 @@ def synchronize(token, dtypes, after=(), describe=None, finish=None):
 
     @tf.autograph.experimental.do_not_convert
     def _wait(token_value):
-        handle = _handles.pop(int(token_value))
-        try:
-            if isinstance(handle, list):
-                result = [api.synchronize(h) for h in handle]
-            else:
-                result = api.synchronize(handle)
-        except RingtrainError as err:
-            if describe is None:
-                raise
-            raise type(err)(f"{describe}: {err}") from err
-        return result if finish is None else finish(result)
+        return _result(_handles.pop(int(token_value)), describe, finish)
 
     with tf.control_dependencies(list(after)):
         out = tf.numpy_function(_wait, [token], dtypes, stateful=True, name="rt_synchronize")
@@ -83,6 +86,26 @@ def synchronize(token, dtypes, after=(), describe=None, finish=None):
     if isinstance(dtypes, list) and not isinstance(out, list | tuple):
         return [out]
     return out
+
+
+def synchronize_each(tokens, dtypes, describes, finishes):
+    """Return the result of every enqueue op in ``tokens`` (one handle each), from one op.
+
+    The op waits for the handles in order and applies ``finishes[i]`` (or nothing, for None)
+    to each result as it comes in, so a check on the first result can fail the op before it
+    waits for the others. ``describes[i]`` goes in front of an engine error, as above.
+    """
+
+    @tf.autograph.experimental.do_not_convert
+    def _wait(*token_values):
+        handles = [_handles.pop(int(t)) for t in token_values]
+        return [
+            _result(handle, describe, finish)
+            for handle, describe, finish in zip(handles, describes, finishes, strict=True)
+        ]
+
+    out = tf.numpy_function(_wait, list(tokens), dtypes, stateful=True, name="rt_synchronize")
+    return [out] if not isinstance(out, list | tuple) else list(out)
 
 
 def run(start, inputs, dtypes, what: str, describe=None, finish=None):

@@ -2,13 +2,15 @@
 
 Every tensor is enqueued, last first, as soon as TensorFlow has computed it: backprop
 produces the last layers' gradients first, so the engine reduces (and fuses) those while
-TensorFlow still computes the earlier ones. Only then do the synchronize ops run.
+TensorFlow still computes the earlier ones. Only then does one synchronize op run, which
+waits for every result.
 
 With the tensors goes a manifest: a small allreduce of one one-hot row per tensor
 (none, dense or sparse), submitted with the first tensor. Ranks that disagree on the
 number of tensors fail on its shape, and ranks that disagree on a tensor's kind see two
-kinds in its row. Every synchronize op waits for the manifest, so such ranks raise an
-error instead of waiting for tensors that the others never send.
+kinds in its row. The synchronize op checks the manifest before it waits for anything
+else, so such ranks raise an error instead of waiting for tensors that the others never
+send.
 """
 
 import functools
@@ -174,7 +176,6 @@ def _run(plans, labels, site):
         codes[i, _NONE if plan is None else plan.kind] = 1
     manifest_name = f"{site}.manifest"
     manifest_start = functools.partial(api.allreduce_async, name=manifest_name, op=Sum)
-    tokens = []
     manifest = None
     for i in reversed(range(len(plans))):
         for part in plans[i].parts if plans[i] is not None else ():
@@ -190,37 +191,28 @@ def _run(plans, labels, site):
                     site,
                     count=2,
                 )
-                tokens.append(manifest)
             else:
                 part.token = bridge.enqueue(start, [part.tensor], site)
-            tokens.append(part.token)
     if manifest is None:
         manifest = bridge.enqueue(manifest_start, [tf.constant(codes)], site)
-        tokens.append(manifest)
-    checked = bridge.synchronize(
-        manifest,
-        tf.float32,
-        after=tokens,
-        describe=f"{site}: ranks hand over different numbers of tensors (this rank: {len(plans)})",
-        finish=functools.partial(_check_manifest, codes, labels, site),
-    )
-    outputs = [None] * len(plans)
-    for i in reversed(range(len(plans))):
-        plan = plans[i]
-        if plan is None:
-            continue
-        results = []
-        for part in plan.parts:
-            result = bridge.synchronize(
-                part.token,
-                part.tensor.dtype,
-                after=[*tokens, checked],
-                describe=f"{site}: {labels[i]}",
-            )
-            result.set_shape(part.shape)
-            results.append(result)
-        outputs[i] = plan.finish(results)
-    return outputs
+    # One op waits for every result, the manifest first: a TensorFlow thread blocks once
+    # per step, and only after the last enqueue, whose token is one of its inputs.
+    order = [i for i in reversed(range(len(plans))) if plans[i] is not None]
+    present = [(i, part) for i in order for part in plans[i].parts]
+    results = bridge.synchronize_each(
+        [manifest, *(part.token for _, part in present)],
+        [tf.float32, *(part.tensor.dtype for _, part in present)],
+        [
+            f"{site}: ranks hand over different numbers of tensors (this rank: {len(plans)})",
+            *(f"{site}: {labels[i]}" for i, _ in present),
+        ],
+        [functools.partial(_check_manifest, codes, labels, site)] + [None] * len(present),
+    )[1:]
+    by_plan: dict[int, list] = {}
+    for (i, part), result in zip(present, results, strict=True):
+        result.set_shape(part.shape)
+        by_plan.setdefault(i, []).append(result)
+    return [None if plan is None else plan.finish(by_plan[i]) for i, plan in enumerate(plans)]
 
 
 def _together(first, second):

@@ -6,6 +6,14 @@ from common import assert_equal, expected, main, rank_data, same_bits_everywhere
 import ringtrain
 
 
+def assert_aligned(array, what):
+    """Results start on a 64-byte boundary, so TensorFlow can take them without a copy."""
+    if array.size and array.ctypes.data % 64:
+        raise AssertionError(
+            f"{what}: result data at {array.ctypes.data:#x} is not 64-byte aligned"
+        )
+
+
 def body():
     ringtrain.init(fusion_threshold=64 * 1024)
     r, n = ringtrain.rank(), ringtrain.size()
@@ -22,6 +30,7 @@ def body():
         got = ringtrain.synchronize(handles[name])
         want = expected(ringtrain.Sum, [rank_data(k, shape, dt, i) for k in range(n)], dt)
         assert_equal(got, want, f"async {name}")
+        assert_aligned(got, f"async {name}")
         same_bits_everywhere(got, name)
 
     # poll() turns True once done.
@@ -54,6 +63,7 @@ def body():
                 ringtrain.Sum, [rank_data(i, s, dtype, 20 + k) for i in range(n)], dtype
             )
             assert_equal(g, want, f"{np.dtype(dtype)} group member {k} {s}")
+            assert_aligned(g, f"{np.dtype(dtype)} group member {k} {s}")
             same_bits_everywhere(g, f"{np.dtype(dtype)} group member {k}")
         assert_equal(
             ringtrain.synchronize(lone), np.full(3, sum(range(n)), np.int64), "beside a group"
