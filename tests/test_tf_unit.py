@@ -123,3 +123,22 @@ def test_hidden_fraction_counts_communication_after_the_last_enqueue(tmp_path):
     path.write_text(json.dumps(events))
     assert hidden_fraction(str(path)) == pytest.approx(1 - 40 / 60)
     assert hidden_fraction(str(path), skip_steps=1) == pytest.approx(1 - 20 / 30)
+
+
+def test_a_gradient_exchange_waits_in_one_op_after_one_enqueue_per_tensor():
+    grads = [
+        tf.ones([3, 2]),
+        None,
+        tf.IndexedSlices(tf.ones([2, 4]), tf.constant([0, 5]), tf.constant([6, 4])),
+        tf.ones([7]),
+    ]
+
+    @tf.function
+    def exchanged():
+        return exchange.allreduce_gradients(grads, ["a", "b", "c", "d"], "site", op=Sum)
+
+    ops = exchanged.get_concrete_function().graph.get_operations()
+    names = [op.name.rsplit("/", 1)[-1] for op in ops if op.type in ("PyFunc", "EagerPyFunc")]
+    # Three dense or sparse entries make four parts (values and indices), the first of them
+    # enqueued together with the manifest.
+    assert sorted(name.split("_")[1] for name in names) == ["enqueue"] * 4 + ["synchronize"]
