@@ -274,12 +274,7 @@ def _deliver(result, out):
 def _aligned_displacements(sizes, itemsize):
     """Return start offsets for ``sizes`` laid end to end, each rounded up to ALIGNMENT bytes."""
     step = max(ALIGNMENT // itemsize, 1)
-    offsets, end = [], 0
-    for size in sizes:
-        start = -(-end // step) * step
-        offsets.append(start)
-        end = start + size
-    return offsets
+    return _displacements([-(-size // step) * step for size in sizes])
 
 
 def _displacements(counts):

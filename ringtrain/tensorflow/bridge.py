@@ -3,8 +3,8 @@
 Both are ``tf.numpy_function`` ops, so they work eagerly and inside ``tf.function``. An
 enqueue op submits to the engine and returns a token at once; a synchronize op turns the
 token back into the result. A synchronize op blocks a TensorFlow thread, so it must only
-run once every enqueue of its step has run: callers pass those enqueue ops as ``after``,
-and then even a single inter-op thread cannot block before the last enqueue.
+run once every enqueue of its step has run: it takes all of their tokens as inputs, and
+then even a single inter-op thread cannot block before the last enqueue.
 """
 
 import itertools
@@ -68,20 +68,17 @@ def _result(handle, describe, finish):
     return result if finish is None else finish(result)
 
 
-def synchronize(token, dtypes, after=(), describe=None, finish=None):
-    """Return the result(s) of the enqueue op ``token``; the op runs after every op in ``after``.
+def synchronize(token, dtypes):
+    """Return the result(s) of the enqueue op ``token``, from one op that runs after it.
 
-    ``dtypes`` is one dtype or a list (for a token holding a list of handles). An engine error
-    is re-raised with ``describe`` (what the tensor is) in front. ``finish`` post-processes
-    the NumPy result before it becomes a tensor.
+    ``dtypes`` is one dtype or a list (for a token holding a list of handles).
     """
 
     @tf.autograph.experimental.do_not_convert
     def _wait(token_value):
-        return _result(_handles.pop(int(token_value)), describe, finish)
+        return _result(_handles.pop(int(token_value)), None, None)
 
-    with tf.control_dependencies(list(after)):
-        out = tf.numpy_function(_wait, [token], dtypes, stateful=True, name="rt_synchronize")
+    out = tf.numpy_function(_wait, [token], dtypes, stateful=True, name="rt_synchronize")
     # A one-element list of dtypes gives a bare tensor back in some modes.
     if isinstance(dtypes, list) and not isinstance(out, list | tuple):
         return [out]
@@ -93,7 +90,8 @@ def synchronize_each(tokens, dtypes, describes, finishes):
 
     The op waits for the handles in order and applies ``finishes[i]`` (or nothing, for None)
     to each result as it comes in, so a check on the first result can fail the op before it
-    waits for the others. ``describes[i]`` goes in front of an engine error, as above.
+    waits for the others. An engine error is re-raised with ``describes[i]`` (what the tensor
+    is) in front.
     """
 
     @tf.autograph.experimental.do_not_convert
@@ -108,7 +106,6 @@ def synchronize_each(tokens, dtypes, describes, finishes):
     return [out] if not isinstance(out, list | tuple) else list(out)
 
 
-def run(start, inputs, dtypes, what: str, describe=None, finish=None):
+def run(start, inputs, dtypes, what: str):
     """Enqueue ``start`` on ``inputs`` and wait for it: one blocking collective."""
-    token = enqueue(start, inputs, what)
-    return synchronize(token, dtypes, after=[token], describe=describe, finish=finish)
+    return synchronize(enqueue(start, inputs, what), dtypes)
