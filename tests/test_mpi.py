@@ -35,6 +35,16 @@ def test_engine_async_fusion_groups_join(np):
     check("check_engine.py", np)
 
 
+@pytest.mark.parametrize("np", [2, 3])
+def test_tensors_of_a_ring_chunk_or_more_skip_the_fusion_buffer(np):
+    # 1 KiB chunks: of the tensors submitted together, the larger go through the ring alone,
+    # read in place (or staged alone, from the device or widened), beside the smaller that
+    # share a fusion buffer; groups split across both, and joined ranks fuse everything.
+    env = {"RINGTRAIN_RING_CHUNK_BYTES": "1024"}
+    check("check_engine.py", np, env=env)
+    check("check_cuda_sim.py", np, env={**env, "NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
+
+
 @pytest.mark.parametrize("np", WORLDS)
 def test_other_collectives(np):
     check("check_collectives.py", np)
@@ -109,15 +119,30 @@ def test_hierarchical_allreduce_on_one_host(np):
 def test_a_burst_of_small_tensors_is_fused_into_few_ring_passes(tmp_path):
     path = tmp_path / "timeline.json"
     check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(path)})
-    events = json.loads(path.read_text())
-    tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
     passes = {
-        e["ts"]
-        for e in events
-        if e["name"] == "REDUCE_SCATTER" and re.fullmatch(r"t\d+", tracks[e["tid"]])
+        ts for name, ts in _ring_passes(json.loads(path.read_text())) if re.fullmatch(r"t\d+", name)
     }
     # 60 tensors submitted at once; fusion puts many of them into each ring pass.
     assert 1 <= len(passes) < 30, f"{len(passes)} ring passes for 60 tensors"
+
+
+def test_tensors_of_a_ring_chunk_or_more_go_through_the_ring_alone(tmp_path):
+    path = tmp_path / "timeline.json"
+    env = {"RINGTRAIN_TIMELINE": str(path), "RINGTRAIN_RING_CHUNK_BYTES": "1024"}
+    check("check_timeline.py", 2, env=env)
+    passes = _ring_passes(json.loads(path.read_text()))
+    small = {ts for name, ts in passes if re.fullmatch(r"s\d", name)}
+    for big in ("b0", "b1"):
+        (mine,) = [ts for name, ts in passes if name == big]
+        assert all(ts != mine for name, ts in passes if name != big), f"{big} was fused"
+    # The small ones submitted with them still share fusion buffers.
+    assert 1 <= len(small) < 8, f"{len(small)} ring passes for 8 small tensors"
+
+
+def _ring_passes(events):
+    """Return (tensor name, start of its reduce-scatter) for every ring pass of a timeline."""
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    return [(tracks[e["tid"]], e["ts"]) for e in events if e["name"] == "REDUCE_SCATTER"]
 
 
 @pytest.mark.parametrize("np", [2, 3])

@@ -67,7 +67,7 @@ class Engine:
         else:
             self.ring = Ring(self._data, chunk_bytes, self._pool, shared_bytes)
         self._timeline = _open_timeline(settings.timeline, self.rank)
-        self._executor = Executor(self.ring, self._data, self._pool, self._timeline)
+        self._executor = Executor(self.ring, self._data, self._pool, self._timeline, chunk_bytes)
         self._coordinator = None
         if self.rank == 0:
             stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)

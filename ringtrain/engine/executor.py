@@ -6,7 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ringtrain import kernels
-from ringtrain.buffers import ALIGNMENT, aligned_empty
+from ringtrain.buffers import ALIGNMENT, ResultPool, aligned_empty
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
@@ -35,14 +35,19 @@ def _as_bytes(array):
 
 
 class Executor:
-    """Runs responses on ``rank`` with the ring over ``data`` (a private communicator)."""
+    """Runs responses on ``rank`` with the ring over ``data`` (a private communicator).
 
-    def __init__(self, ring, data, pool, timeline):
+    Host tensors of at least ``direct_bytes`` skip the fusion buffer (see ``_allreduce``).
+    """
+
+    def __init__(self, ring, data, pool, timeline, direct_bytes):
         self.ring = ring
         self.data = data
         self.rank = data.Get_rank()
         self.size = data.Get_size()
         self._pool = pool
+        self._results = ResultPool()
+        self._direct = direct_bytes
         self._timeline = timeline
         self._run = {
             messages.ALLREDUCE: self._allreduce,
@@ -90,80 +95,111 @@ class Executor:
         prescale = metas[0].prescale
         present = [r for r in requests if r is not None]
         backend = kernels.backend_for(_arrays(present[0])[0]) if present else _CPU
-        start = tl.now_ns()
-        one = requests[0]
-        if (
-            len(requests) == 1
-            and one is not None
-            and one.meta.group is None
-            and backend is _CPU
-            and dtype == wire
-        ):
-            # One tensor: the ring reads it in place and writes the result, no fusion buffer.
-            outputs = [one.out if one.out is not None else aligned_empty(one.meta.shape, dtype)]
-            source = one.array.reshape(-1)
-            if prescale != 1.0:
-                source = self._pool.get("fusion", source.size, wire)
-                _CPU.pack([one.array], source, [0], prescale)
-            packed = tl.now_ns()
-            reduced = self.ring.allreduce(source, outputs[0].reshape(-1), op, postscale)
-            gathered = unpacked = tl.now_ns()
-            results = outputs
-        else:
-            # Every tensor of every request (a group has several), laid end to end, each
-            # aligned so that its slice of the result is too; what lies between is unused.
-            members = [
-                (r, s) for r, m in zip(requests, metas, strict=True) for s in member_shapes(m)
-            ]
-            owners = [r for r, _ in members]
-            shapes = [s for _, s in members]
-            sizes = [math.prod(s) for s in shapes]
-            offsets = _aligned_displacements(sizes, wire.itemsize)
-            total = offsets[-1] + sizes[-1]
-            host = self._pool.get("fusion", total, wire)
-            fill = identity(ReduceOp(metas[0].op), wire)
-            for r, off, n in zip(owners, offsets, sizes, strict=True):
-                if r is None:
-                    host[off : off + n] = fill
-            sources = [a for r in present for a in _arrays(r)]
-            outs = [o for r in present for o in _outs(r)]
-            source_offsets = [o for r, o in zip(owners, offsets, strict=True) if r is not None]
-            staging = host if backend is _CPU else backend.empty(len(host), wire)
-            backend.pack(sources, staging, source_offsets, prescale)
-            staged = staging is not host and len(host) > 0
-            if staged:
-                backend.to_host(staging, host)
-            packed = tl.now_ns()
-            present_shapes = [s for r, s in zip(owners, shapes, strict=True) if r is not None]
-            if backend is _CPU and dtype == wire:
-                # The ring writes straight into one new array whose slices are the results:
-                # no copy out of the fusion buffer.
-                result = aligned_empty((total,), wire)
-                reduced = self.ring.allreduce(host, result, op, postscale)
-                gathered = tl.now_ns()
-                outputs = [
-                    _deliver(result[off : off + math.prod(s)].reshape(s), out)
-                    for off, s, out in zip(source_offsets, present_shapes, outs, strict=True)
-                ]
+        members = [
+            (meta.name, request, shape, array, out)
+            for request, meta in zip(requests, metas, strict=True)
+            for shape, array, out in zip(
+                member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
+            )
+        ]
+        # A tensor goes through the ring by itself when it is alone or at least a ring chunk
+        # long: fusing it would save no messages. Every rank splits alike, from shapes and
+        # settings that all ranks share (never from where its own data lives), and fuses
+        # everything while some rank has joined, with no tensors to read.
+        alone = [
+            not response.joined
+            and (len(members) == 1 or math.prod(shape) * wire.itemsize >= self._direct)
+            for _, _, shape, _, _ in members
+        ]
+        # A host tensor that needs no widening is read in place, and the result written
+        # where it goes: no copies through a fusion buffer.
+        direct = backend is _CPU and dtype == wire
+        outputs = [None] * len(members)
+        fused = [i for i, a in enumerate(alone) if not a]
+        units = [fused] if fused else []
+        units += [[i] for i, a in enumerate(alone) if a]
+        for unit in units:
+            if direct and len(unit) == 1 and alone[unit[0]]:
+                results = [self._in_place(members[unit[0]], wire, op, prescale, postscale)]
             else:
-                reduced = self.ring.allreduce(host, host, op, postscale)
-                gathered = tl.now_ns()
-                if staged:
-                    backend.to_device(host, staging)
-                outputs = [
-                    out if out is not None else backend.empty(s, dtype)
-                    for s, out in zip(present_shapes, outs, strict=True)
-                ]
-                backend.unpack(staging, source_offsets, outputs, 1.0)
-            unpacked = tl.now_ns()
-            results = _regroup(requests, outputs)
-        self._finish_average(metas[0], outputs, contributors)
-        names = response.names
+                results = self._fused(
+                    [members[i] for i in unit], backend, dtype, wire, op, prescale, postscale
+                )
+            for i, result in zip(unit, results, strict=True):
+                outputs[i] = result
+        present_outputs = [o for m, o in zip(members, outputs, strict=True) if m[1] is not None]
+        self._finish_average(metas[0], present_outputs, contributors)
+        return _regroup(requests, present_outputs)
+
+    def _in_place(self, member, wire, op, prescale, postscale):
+        """Reduce one host tensor from where it lies into its result: no fusion buffer."""
+        name, _, shape, array, out = member
+        start = tl.now_ns()
+        result = out if out is not None else self._results.empty(shape, wire)
+        source = array.reshape(-1)
+        if prescale != 1.0:
+            source = self._pool.get("fusion", source.size, wire)
+            _CPU.pack([array], source, [0], prescale)
+        packed = tl.now_ns()
+        reduced = self.ring.allreduce(source, result.reshape(-1), op, postscale)
+        gathered = tl.now_ns()
+        self._spans([name], start, packed, reduced, gathered, gathered)
+        return result
+
+    def _fused(self, members, backend, dtype, wire, op, prescale, postscale):
+        """Reduce ``members`` through one fusion buffer; return their results (None: absent)."""
+        start = tl.now_ns()
+        # Every member laid end to end, each aligned so that its slice of the result is
+        # too; what lies between is unused.
+        owners = [r for _, r, _, _, _ in members]
+        shapes = [s for _, _, s, _, _ in members]
+        sizes = [math.prod(s) for s in shapes]
+        offsets = _aligned_displacements(sizes, wire.itemsize)
+        total = offsets[-1] + sizes[-1]
+        host = self._pool.get("fusion", total, wire)
+        fill = identity(op, wire)
+        for r, off, n in zip(owners, offsets, sizes, strict=True):
+            if r is None:
+                host[off : off + n] = fill
+        here = [(m, off) for m, off in zip(members, offsets, strict=True) if m[1] is not None]
+        sources = [array for (_, _, _, array, _), _ in here]
+        source_offsets = [off for _, off in here]
+        staging = host if backend is _CPU else backend.empty(len(host), wire)
+        backend.pack(sources, staging, source_offsets, prescale)
+        staged = staging is not host and len(host) > 0
+        if staged:
+            backend.to_host(staging, host)
+        packed = tl.now_ns()
+        if backend is _CPU and dtype == wire:
+            # The ring writes straight into one new array whose slices are the results: no
+            # copy out of the fusion buffer.
+            result = self._results.empty(total, wire)
+            reduced = self.ring.allreduce(host, result, op, postscale)
+            gathered = tl.now_ns()
+            outputs = [
+                _deliver(result[off : off + math.prod(shape)].reshape(shape), out)
+                for (_, _, shape, _, out), off in here
+            ]
+        else:
+            reduced = self.ring.allreduce(host, host, op, postscale)
+            gathered = tl.now_ns()
+            if staged:
+                backend.to_device(host, staging)
+            outputs = [
+                out if out is not None else backend.empty(shape, dtype)
+                for (_, _, shape, _, out), _ in here
+            ]
+            backend.unpack(staging, source_offsets, outputs, 1.0)
+        names = list(dict.fromkeys(name for name, _, _, _, _ in members))
+        self._spans(names, start, packed, reduced, gathered, tl.now_ns())
+        produced = iter(outputs)
+        return [next(produced) if r is not None else None for r in owners]
+
+    def _spans(self, names, start, packed, reduced, gathered, unpacked):
         self._span(names, tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
         self._span(names, tl.REDUCE_SCATTER, packed, reduced)
         self._span(names, tl.ALLGATHER, reduced, gathered)
         self._span(names, tl.MEMCPY_OUT_FUSION_BUFFER, gathered, unpacked)
-        return results
 
     def _allgather(self, response, requests):
         results = []
@@ -243,9 +279,16 @@ def _arrays(request):
     return request.array if request.meta.group is not None else [request.array]
 
 
-def _outs(request):
-    """Return where each array of ``request`` goes: None for a new array."""
-    return [None] * len(request.array) if request.meta.group is not None else [request.out]
+def _arrays_and_outs(request, meta):
+    """Return the arrays of ``request`` (of ``meta``) and where each goes (None: a new array).
+
+    A joined rank has no request: None for both, per tensor of ``meta``.
+    """
+    if request is None:
+        return [None] * len(member_shapes(meta)), [None] * len(member_shapes(meta))
+    if meta.group is not None:
+        return request.array, [None] * len(request.array)
+    return [request.array], [request.out]
 
 
 def _regroup(requests, outputs):

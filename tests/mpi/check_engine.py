@@ -33,6 +33,26 @@ def body():
         assert_aligned(got, f"async {name}")
         same_bits_everywhere(got, name)
 
+    # Results of 1 MiB and more come from a pool that reuses memory no one holds any more:
+    # a result still held is never handed out again, nor written to.
+    def big(salt):
+        return rank_data(r, (300_001,), np.float32, salt)
+
+    held = ringtrain.allreduce(big(90), name="big", op=ringtrain.Sum)
+    kept = held.copy()
+    for salt in (91, 92, 93):
+        got = ringtrain.allreduce(big(salt), name="big", op=ringtrain.Sum)
+        want = expected(
+            ringtrain.Sum,
+            [rank_data(k, (300_001,), np.float32, salt) for k in range(n)],
+            np.float32,
+        )
+        assert_equal(got, want, f"pooled result {salt}")
+        assert_aligned(got, f"pooled result {salt}")
+        assert not np.shares_memory(got, held), "a held result's memory was handed out again"
+        del got
+    assert np.array_equal(held, kept), "a held result was overwritten"
+
     # poll() turns True once done.
     h = ringtrain.allreduce_async(np.ones(3, np.int64), name="polled", op=ringtrain.Sum)
     ringtrain.synchronize(h)
