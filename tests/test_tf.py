@@ -44,10 +44,11 @@ def test_training_benchmark_reports_every_contender(tmp_path):
     out = tmp_path / "rows.json"
     command = [
         sys.executable, "-m", "ringtrain.bench", "train", "--models", "mlp", "--steps", "4",
-        "--warmup", "2", "--timeout", "150", "--json", str(out),
+        "--warmup", "2", "--timeout", "150", "--inter-op-threads", "1", "--json", str(out),
     ]  # fmt: skip
     done, _ = bounded.run(command, 200)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "one intra-op thread and 1 inter-op per rank" in done.stdout, done.stdout
     rows = json.loads(out.read_text())
     assert [r["contender"] for r in rows] == [
         "one process",
@@ -58,3 +59,5 @@ def test_training_benchmark_reports_every_contender(tmp_path):
     ]
     assert all(r["samples_per_sec"] > 0 for r in rows)
     assert 0 <= rows[2]["hidden_fraction"] <= 1
+    # Every contender's processes ran with the thread setting asked for.
+    assert all(r["inter_op_threads"] == [1] for r in rows), rows

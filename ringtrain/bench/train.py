@@ -2,7 +2,8 @@
 
 ``python -m ringtrain.bench train`` starts every contender as its own processes, one after
 the other, with the same model, per-rank batch, data and threads (one intra-op thread per
-rank), and prints samples/sec, the ratios and ringtrain's hidden-communication fraction:
+rank; inter-op threads as ``--inter-op-threads`` says, TensorFlow's default unless given),
+and prints samples/sec, the ratios and ringtrain's hidden-communication fraction:
 
 - ``alone``: one process (the scaling baseline);
 - ``independent``: N processes at once that never communicate (this machine's ceiling);
@@ -42,12 +43,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps (default 30)")
     parser.add_argument("--timeout", type=float, default=600, help="per launch, in seconds")
+    parser.add_argument(
+        "--inter-op-threads",
+        type=_thread_count,
+        default=0,
+        help="TensorFlow inter-op threads per process, the same for every contender "
+        "(default 0: TensorFlow's choice, one per core)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     # Used when the benchmark starts itself as a contender's process.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--timeline", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def _thread_count(text):
+    count = int(text)
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 (TensorFlow's choice) or more, got {count}")
+    return count
 
 
 def run(args) -> int:
@@ -57,7 +72,7 @@ def run(args) -> int:
     rows = []
     for model in args.models.split(","):
         rows.extend(_measure_model(args, model.strip()))
-    _print(rows, args.np)
+    _print(rows, args.np, args.inter_op_threads)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
@@ -88,6 +103,8 @@ def _measure_model(args, model):
         (f"ringtrain -np {n}, model.fit", ringtrain["fit_samples_per_sec"], None),
         (f"MultiWorkerMirroredStrategy, {n} workers", mwms["samples_per_sec"], None),
     ]
+    # As every reporting process ran with it (0: TensorFlow's default); one value if all agree.
+    threads = sorted({r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)})
     return [
         {
             "model": model,
@@ -97,6 +114,7 @@ def _measure_model(args, model):
             "vs_mwms": rate / mwms["samples_per_sec"],
             "hidden_fraction": hidden,
             "batch_per_rank": args.batch,
+            "inter_op_threads": threads,
         }
         for name, rate, hidden in rows
     ]
@@ -106,7 +124,7 @@ def _self(args, worker, model):
     return [
         sys.executable, "-m", "ringtrain.bench", "train", "--worker", worker, "--model", model,
         "--batch", str(args.batch), "--np", str(args.np), "--steps", str(args.steps),
-        "--warmup", str(args.warmup),
+        "--warmup", str(args.warmup), "--inter-op-threads", str(args.inter_op_threads),
     ]  # fmt: skip
 
 
@@ -161,8 +179,9 @@ def _launch(commands, timeout, envs=None):
     return results
 
 
-def _print(rows, n):
-    print(f"one intra-op thread per rank; samples/sec in total over all ranks (np={n})")
+def _print(rows, n, inter_op):
+    inter = f"{inter_op} inter-op" if inter_op else "TensorFlow's default inter-op threads"
+    print(f"one intra-op thread and {inter} per rank; samples/sec over all ranks (np={n})")
     print(f"{'model':<6} {'contender':<40} {'samples/s':>10} {'ratio':>6} {'vs MWMS':>8} hidden")
     for r in rows:
         hidden = "" if r["hidden_fraction"] is None else f"{r['hidden_fraction']:.0%}"
@@ -179,6 +198,7 @@ def _work(args) -> int:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     import keras
 
     kind, n = args.worker, args.np
@@ -201,7 +221,10 @@ def _work(args) -> int:
         with strategy.scope():
             model, optimizer = build(), keras.optimizers.SGD(0.01)
         step = _strategy_step(strategy, model, optimizer, x, y)
-    result = {"samples_per_sec": replicas * args.batch / _seconds_per_step(step, args)}
+    result = {
+        "samples_per_sec": replicas * args.batch / _seconds_per_step(step, args),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+    }
     if kind == "ringtrain":
         result.update(_ringtrain_extras(args, build, x, y, n, hvd))
     if reporting:
