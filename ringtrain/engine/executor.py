@@ -284,11 +284,10 @@ def _arrays_and_outs(request, meta):
 
     A joined rank has no request: None for both, per tensor of ``meta``.
     """
+    count = len(member_shapes(meta))
     if request is None:
-        return [None] * len(member_shapes(meta)), [None] * len(member_shapes(meta))
-    if meta.group is not None:
-        return request.array, [None] * len(request.array)
-    return [request.array], [request.out]
+        return [None] * count, [None] * count
+    return _arrays(request), [request.out] if meta.group is None else [None] * count
 
 
 def _regroup(requests, outputs):
