@@ -30,6 +30,7 @@ def _check_traceable(what):
         )
 
 
+@tf.autograph.experimental.do_not_convert
 def enqueue(start, inputs, what: str, count=None):
     """Return a scalar int64 token op that calls ``start(*arrays)`` and does not wait.
 
@@ -39,7 +40,6 @@ def enqueue(start, inputs, what: str, count=None):
     """
     _check_traceable(what)
 
-    @tf.autograph.experimental.do_not_convert
     def _enqueue(*arrays):
         handles = start(*arrays)
         if count is None:
@@ -68,13 +68,13 @@ def _result(handle, describe, finish):
     return result if finish is None else finish(result)
 
 
+@tf.autograph.experimental.do_not_convert
 def synchronize(token, dtypes):
     """Return the result(s) of the enqueue op ``token``, from one op that runs after it.
 
     ``dtypes`` is one dtype or a list (for a token holding a list of handles).
     """
 
-    @tf.autograph.experimental.do_not_convert
     def _wait(token_value):
         return _result(_handles.pop(int(token_value)), None, None)
 
@@ -85,6 +85,7 @@ def synchronize(token, dtypes):
     return out
 
 
+@tf.autograph.experimental.do_not_convert
 def synchronize_each(tokens, dtypes, describes, finishes):
     """Return the result of every enqueue op in ``tokens`` (one handle each), from one op.
 
@@ -94,7 +95,6 @@ def synchronize_each(tokens, dtypes, describes, finishes):
     is) in front.
     """
 
-    @tf.autograph.experimental.do_not_convert
     def _wait(*token_values):
         handles = [_handles.pop(int(t)) for t in token_values]
         return [
@@ -106,6 +106,7 @@ def synchronize_each(tokens, dtypes, describes, finishes):
     return [out] if not isinstance(out, list | tuple) else list(out)
 
 
+@tf.autograph.experimental.do_not_convert
 def run(start, inputs, dtypes, what: str):
     """Enqueue ``start`` on ``inputs`` and wait for it: one blocking collective."""
     return synchronize(enqueue(start, inputs, what), dtypes)

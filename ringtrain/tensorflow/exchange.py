@@ -107,6 +107,7 @@ def _sparse_plan(grad, op, compression):
     return _Plan(_SPARSE, parts, finish)
 
 
+@tf.autograph.experimental.do_not_convert
 def allreduce_gradients(
     grads,
     labels,
@@ -135,6 +136,7 @@ def allreduce_gradients(
     return _run(plans, labels, site)
 
 
+@tf.autograph.experimental.do_not_convert
 def broadcast_tensors(values, labels, site, root_rank):
     """Return every tensor of ``values`` as ``root_rank`` holds it."""
     plans = []

@@ -3,6 +3,8 @@
 Runs at any world size; compares against NumPy answers computed from every rank's data.
 """
 
+import traceback
+
 import ml_dtypes
 import numpy as np
 from common import DTYPES, OPS, assert_equal, expected, main, rank_data, same_bits_everywhere
@@ -259,6 +261,49 @@ def check_mismatches():
     )
 
 
+def check_step_time_python_is_not_autograph_converted():
+    # Autograph converts what a tf.function calls, and a closure defined in converted code
+    # stays converted: its every call then goes through autograph's dispatch. The engine
+    # calls made while a step runs must come from ringtrain's own code, as written.
+    converted = []
+    calls = []
+
+    def recording(fn):
+        def call(*args, **kwargs):
+            calls.append(fn.__name__)
+            files = [frame.filename for frame in traceback.extract_stack()]
+            converted.extend(f for f in files if "__autograph_generated" in f)
+            return fn(*args, **kwargs)
+
+        return call
+
+    originals = {k: getattr(ringtrain.api, k) for k in ("allreduce_async", "synchronize")}
+    for name, fn in originals.items():
+        setattr(ringtrain.api, name, recording(fn))
+    try:
+        model = embedding_model(1)
+        optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+        x = tf.constant(np.arange(6, dtype=np.int32).reshape(2, 3))
+
+        @tf.function  # autograph on, as in Keras' own train step
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(model(x))
+            grads = hvd.DistributedGradientTape(tape, sparse_as_dense=True).gradient(
+                loss, model.trainable_variables
+            )
+            optimizer.apply(grads, model.trainable_variables)
+            return hvd.allreduce(loss, name="step.loss")
+
+        for _ in range(2):
+            step()
+    finally:
+        for name, fn in originals.items():
+            setattr(ringtrain.api, name, fn)
+    assert "allreduce_async" in calls and "synchronize" in calls, calls
+    assert not converted, f"autograph-converted code ran in a step: {sorted(set(converted))}"
+
+
 def body():
     hvd.init()
     for check in (
@@ -270,6 +315,7 @@ def body():
         check_sparse_optimizer,
         check_broadcast_variables,
         check_mismatches,
+        check_step_time_python_is_not_autograph_converted,
     ):
         check()
         print(f"rank {hvd.rank()}: {check.__name__} OK", flush=True)
