@@ -23,8 +23,10 @@ class Settings:
     cache_capacity: int = 1024
     ring_chunk_bytes: int = 1024 * 1024
     # Calls of up to this many bytes run through shared memory when every rank is on one
-    # host; 0 turns it off. Measured (docs/benchmarks.md): it wins up to 2 MiB here.
-    shared_memory_bytes: int = 2 * 1024 * 1024
+    # host; 0 turns it off. Measured (docs/benchmarks.md): it beats MPI messages up to 12 MiB
+    # here; 4 MiB keeps the file (2 regions of this size per rank) within a 64 MiB /dev/shm
+    # up to 7 ranks per host.
+    shared_memory_bytes: int = 4 * 1024 * 1024
     hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
 
 

@@ -9,7 +9,7 @@ def test_defaults():
     s = settings.read({})
     assert s.cycle_time_ms == 1.0 and s.fusion_threshold == 64 * 1024 * 1024
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
-    assert s.shared_memory_bytes == 2 * 1024 * 1024
+    assert s.shared_memory_bytes == 4 * 1024 * 1024
 
 
 def test_environment_then_keywords_win():
