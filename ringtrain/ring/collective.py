@@ -6,6 +6,7 @@ reduced, while the next chunks are still in flight, so sending one piece overlap
 the previous one. Receives are posted ahead into a few reused scratch slots.
 """
 
+import functools
 import time
 from collections import deque
 
@@ -55,7 +56,7 @@ class Ring:
         bitwise-identical ``dst``. Returns the ``perf_counter_ns`` time at which this rank's
         reduce-scatter part ended (the allgather part overlaps its tail).
         """
-        bounds = schedule.segment_bounds(len(src), self.size)
+        bounds = _even_bounds(len(src), self.size)
         return self._run(src, dst, op, postscale, bounds, allgather=True)
 
     def reduce_scatter(self, src, dst, op: ReduceOp, postscale: float, bounds) -> None:
@@ -128,6 +129,12 @@ class Ring:
             post_ahead()
         MPI.Request.Waitall(hazard_sends + final_sends)
         return reduce_scatter_end
+
+
+@functools.lru_cache(maxsize=256)
+def _even_bounds(length, size):
+    """Return ``schedule.segment_bounds(length, size)``, kept for the lengths seen lately."""
+    return tuple(schedule.segment_bounds(length, size))
 
 
 def _one_host(comm) -> bool:

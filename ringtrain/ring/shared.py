@@ -69,12 +69,18 @@ class SharedRegions:
                     "segment as an MPI message instead\n"
                 )
         self._bytes = np.frombuffer(self._map, np.uint8) if self._map is not None else None
+        self._views = {}  # (rank, half, dtype) -> the whole region as that dtype
 
     def region(self, rank: int, half: int, count: int, dtype) -> np.ndarray:
         """Return ``count`` elements of ``dtype`` at the start of ``rank``'s region ``half``."""
-        start = (2 * rank + half) * self._stride
-        dtype = np.dtype(dtype)
-        return self._bytes[start : start + count * dtype.itemsize].view(dtype)
+        key = (rank, half, dtype)
+        view = self._views.get(key)
+        if view is None:
+            start = (2 * rank + half) * self._stride
+            itemsize = np.dtype(dtype).itemsize
+            view = self._bytes[start : start + self.capacity // itemsize * itemsize].view(dtype)
+            self._views[key] = view
+        return view[:count]
 
 
 class SharedRing:
@@ -86,6 +92,7 @@ class SharedRing:
         self.size = comm.Get_size()
         self._regions = regions
         self._half = 0
+        self._steps = schedule.ring_steps(self.rank, self.size, allgather=False)
 
     def fits(self, count: int, dtype) -> bool:
         """Return True if ``count`` elements of ``dtype`` fit a region."""
@@ -100,7 +107,7 @@ class SharedRing:
         half, self._half = self._half, 1 - self._half
         regions = [self._regions.region(r, half, len(src), dst.dtype) for r in range(self.size)]
         mine, left = regions[self.rank], regions[(self.rank - 1) % self.size]
-        steps = schedule.ring_steps(self.rank, self.size, allgather=False)
+        steps = self._steps
         lo, hi = bounds[steps[0].send]
         mine[lo:hi] = src[lo:hi]
         barrier = self.comm.Barrier
