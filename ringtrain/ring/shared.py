@@ -21,6 +21,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ringtrain.buffers import ALIGNMENT
 from ringtrain.ring import schedule
 
 _DIRECTORY = "/dev/shm"
@@ -35,7 +36,7 @@ class SharedRegions:
 
     def __init__(self, comm: MPI.Comm, capacity: int):
         self.capacity = capacity
-        self._stride = -(-capacity // 64) * 64  # regions start 64-byte aligned
+        self._stride = -(-capacity // ALIGNMENT) * ALIGNMENT  # each region starts aligned
         total = 2 * self._stride * comm.Get_size()
         path, error = None, None
         if comm.Get_rank() == 0:
