@@ -1,6 +1,7 @@
 """The coordinator, fusion planner and stall inspector, driven directly (no MPI)."""
 
 import math
+import pickle
 
 import pytest
 
@@ -198,3 +199,22 @@ def test_stall_warns_once_naming_missing_ranks_then_fails():
     assert "'slow'" in fatal[0] and "ranks [1]" in fatal[0]
     stop = coord.stop(fatal[0], "stall")
     assert stop.kind == messages.STOP and stop.names == ["slow"]
+
+
+def test_responses_survive_the_wire_with_every_field():
+    """What rank 0 sends (pickled ``to_wire`` tuples) comes back as equal responses."""
+    meta = Meta("w", messages.ALLGATHER, "float32", (3, 2))
+    full = messages.Response(
+        messages.ALLGATHER,
+        ["w"],
+        [meta],
+        per_rank=[[meta, None]],
+        joined=(1,),
+        error="tensor 'w': dtype differs",
+        error_kind="mismatch",
+        cache_ids={"w": [4, None]},
+        last_joined=1,
+    )
+    steady = messages.Response(messages.ALLREDUCE, ["a", "b"])
+    sent = pickle.dumps(messages.to_wire([full, steady]), protocol=pickle.HIGHEST_PROTOCOL)
+    assert messages.from_wire(pickle.loads(sent)) == [full, steady]

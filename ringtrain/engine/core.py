@@ -146,13 +146,14 @@ class Engine:
             if self._coordinator is not None:
                 responses = self._coordinate()
                 if responses:
-                    payload = pickle.dumps(responses, protocol=pickle.HIGHEST_PROTOCOL)
+                    wire = messages.to_wire(responses)
+                    payload = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
                     for dest in range(1, self.size):
                         self._sends.append(self._ctrl.isend(payload, dest, _TAG_RESPONSE))
             else:
                 responses = []
                 while (message := self._ctrl.improbe(0, _TAG_RESPONSE)) is not None:
-                    responses.extend(pickle.loads(message.recv()))
+                    responses.extend(messages.from_wire(pickle.loads(message.recv())))
             for response in responses:
                 if response.kind == messages.STOP:
                     self._stop(_stop_error(response))
