@@ -1,6 +1,7 @@
 """What ranks tell the coordinator, and what the coordinator tells every rank."""
 
 import dataclasses
+import operator
 import typing
 
 ALLREDUCE = "allreduce"
@@ -75,9 +76,12 @@ class Response:
     last_joined: int = -1
 
 
+_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Response)))
+
+
 def to_wire(responses: list[Response]) -> list[tuple]:
     """Return ``responses`` as tuples of their fields, which pickle in half the time."""
-    return [tuple(vars(r).values()) for r in responses]
+    return [_FIELDS(r) for r in responses]
 
 
 def from_wire(rows: list[tuple]) -> list[Response]:
