@@ -214,19 +214,28 @@ def _check_out(out, array):
 
 
 def allreduce_async(
-    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, out=None
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    out=None,
+    read_only=False,
 ) -> Handle:
     """Start reducing ``tensor`` over all ranks (default op Average); return a handle.
 
     float16 and bfloat16 are reduced in float32. Integer Average is a floor division of the
-    sum. ``out`` (same shape and dtype) receives the result instead of a new array.
+    sum. ``out`` (same shape and dtype) receives the result instead of a new array. With
+    ``read_only=True`` the result may be a read-only array in shared memory that every rank
+    of the host reads (one copy fewer); for callers that never write to results.
     """
     engine = _the_engine()
     array = _input(tensor, "allreduce", allow_device=True)
     meta = _allreduce_meta(
         _name("allreduce", name), array, array.shape, op, average, prescale_factor, postscale_factor
     )
-    return engine.submit(meta, array, _check_out(out, array)).handle
+    return engine.submit(meta, array, _check_out(out, array), bool(read_only)).handle
 
 
 def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=None):
@@ -247,11 +256,20 @@ def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=
 
 
 def allreduce(
-    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, out=None
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    out=None,
+    read_only=False,
 ):
     """Reduce ``tensor`` over all ranks and return the result (see ``allreduce_async``)."""
     return synchronize(
-        allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, out)
+        allreduce_async(
+            tensor, average, name, op, prescale_factor, postscale_factor, out, read_only
+        )
     )
 
 

@@ -27,6 +27,11 @@ class Settings:
     # here; 4 MiB keeps the file (2 regions of this size per rank) within a 64 MiB /dev/shm
     # up to 7 ranks per host.
     shared_memory_bytes: int = 4 * 1024 * 1024
+    # Of the same file, this many bytes hold allreduce results that the host's ranks read in
+    # place (results that callers asked for read-only, as ringtrain.tensorflow does); 0 turns
+    # it off. 16 MiB holds a step's gradients of the benchmark's MLP (11.6 MB) and keeps the
+    # file within a 64 MiB /dev/shm up to 5 ranks per host.
+    shared_result_bytes: int = 16 * 1024 * 1024
     hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
 
 
@@ -81,6 +86,7 @@ _FIELDS = {
     "cache_capacity": ("CACHE_CAPACITY", _parse_number(int, 0)),
     "ring_chunk_bytes": ("RING_CHUNK_BYTES", _parse_number(int, 1)),
     "shared_memory_bytes": ("SHARED_MEMORY_BYTES", _parse_number(int, 0)),
+    "shared_result_bytes": ("SHARED_RESULT_BYTES", _parse_number(int, 0)),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
 }
 

@@ -31,6 +31,16 @@ def test_shared_memory_that_cannot_be_had_falls_back_to_messages_with_a_warning(
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_read_only_results_shared_by_the_host(np):
+    check("check_shared_results.py", np, timeout=240)
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_a_full_result_area_falls_back_and_overwrites_nothing_held(np):
+    check("check_shared_results.py", np, env={"RINGTRAIN_SHARED_RESULT_BYTES": "65536"})
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_engine_async_fusion_groups_join(np):
     check("check_engine.py", np)
 

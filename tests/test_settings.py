@@ -10,6 +10,7 @@ def test_defaults():
     assert s.cycle_time_ms == 1.0 and s.fusion_threshold == 64 * 1024 * 1024
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
     assert s.shared_memory_bytes == 4 * 1024 * 1024
+    assert s.shared_result_bytes == 16 * 1024 * 1024
 
 
 def test_environment_then_keywords_win():
@@ -32,6 +33,7 @@ def test_environment_then_keywords_win():
         ({"RINGTRAIN_STALL_CHECK_SECONDS": "nan"}, "expected a finite number"),
         ({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "maybe"}, "expected one of 1/0, true/false"),
         ({"RINGTRAIN_SHARED_MEMORY_BYTES": "-5"}, "SHARED_MEMORY_BYTES: expected a number >= 0"),
+        ({"RINGTRAIN_SHARED_RESULT_BYTES": "lots"}, "SHARED_RESULT_BYTES: expected an integer"),
     ],
 )
 def test_bad_environment_values_name_variable_and_value(env, message):

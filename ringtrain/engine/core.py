@@ -58,14 +58,20 @@ class Engine:
             # hosts, and loses to the flat ring within one host. On rank 0, which decides,
             # cross_size is the number of hosts.
             hierarchical = topology.cross_size > 1 and most_per_host > 1
-        chunk_bytes, shared_bytes, hierarchical = self._ctrl.bcast(
-            (settings.ring_chunk_bytes, settings.shared_memory_bytes, hierarchical), root=0
+        chunk_bytes, shared_bytes, result_bytes, hierarchical = self._ctrl.bcast(
+            (
+                settings.ring_chunk_bytes,
+                settings.shared_memory_bytes,
+                settings.shared_result_bytes,
+                hierarchical,
+            ),
+            root=0,
         )
         self._pool = BufferPool()
         if hierarchical:
             self.ring = HierarchicalRing(self._data, chunk_bytes, self._pool)
         else:
-            self.ring = Ring(self._data, chunk_bytes, self._pool, shared_bytes)
+            self.ring = Ring(self._data, chunk_bytes, self._pool, shared_bytes, result_bytes)
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.ring, self._data, self._pool, self._timeline, chunk_bytes)
         self._coordinator = None
@@ -86,9 +92,12 @@ class Engine:
         self._thread = threading.Thread(target=self._main, name="ringtrain-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, meta, array, out=None) -> Request:
-        """Queue one collective; return its request, whose handle completes later."""
-        request = Request(meta, array, out, tl.now_ns())
+    def submit(self, meta, array, out=None, read_only=False) -> Request:
+        """Queue one collective; return its request, whose handle completes later.
+
+        ``read_only``: the caller never writes to the result (see ``Request``).
+        """
+        request = Request(meta, array, out, tl.now_ns(), read_only)
         with self._lock:
             if isinstance(self._stop_error, EngineStoppedError):
                 raise EngineStoppedError(str(self._stop_error))

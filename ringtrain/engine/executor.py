@@ -1,5 +1,6 @@
 """Carries out the coordinator's responses on one rank: fusion, ring, MPI collectives."""
 
+import functools
 import math
 
 import numpy as np
@@ -114,16 +115,29 @@ class Executor:
         # A host tensor that needs no widening is read in place, and the result written
         # where it goes: no copies through a fusion buffer.
         direct = backend is _CPU and dtype == wire
+        # A result may be read-only (and shared by the host's ranks) where every caller of
+        # the unit said it never writes to it, and no integer Average divides it below.
+        shareable = not (metas[0].op == ReduceOp.Average and is_integer(dtype))
         outputs = [None] * len(members)
         fused = [i for i, a in enumerate(alone) if not a]
         units = [fused] if fused else []
         units += [[i] for i, a in enumerate(alone) if a]
         for unit in units:
+            read_only = shareable and all(
+                members[i][1].read_only for i in unit if members[i][1] is not None
+            )
             if direct and len(unit) == 1 and alone[unit[0]]:
-                results = [self._in_place(members[unit[0]], wire, op, prescale, postscale)]
+                member = members[unit[0]]
+                results = [self._in_place(member, wire, op, prescale, postscale, read_only)]
             else:
                 results = self._fused(
-                    [members[i] for i in unit], backend, dtype, wire, op, prescale, postscale
+                    [members[i] for i in unit],
+                    backend,
+                    dtype,
+                    wire,
+                    op,
+                    (prescale, postscale),
+                    read_only,
                 )
             for i, result in zip(unit, results, strict=True):
                 outputs[i] = result
@@ -131,23 +145,37 @@ class Executor:
         self._finish_average(metas[0], present_outputs, contributors)
         return _regroup(requests, present_outputs)
 
-    def _in_place(self, member, wire, op, prescale, postscale):
+    def _in_place(self, member, wire, op, prescale, postscale, read_only):
         """Reduce one host tensor from where it lies into its result: no fusion buffer."""
         name, _, shape, array, out = member
         start = tl.now_ns()
-        result = out if out is not None else self._results.empty(shape, wire)
         source = array.reshape(-1)
         if prescale != 1.0:
             source = self._pool.get("fusion", source.size, wire)
             _CPU.pack([array], source, [0], prescale)
         packed = tl.now_ns()
-        reduced = self.ring.allreduce(source, result.reshape(-1), op, postscale)
+        if out is not None:
+            result = out
+            reduced = self.ring.allreduce(source, out.reshape(-1), op, postscale)
+        else:
+            flat, reduced = self.ring.allreduce_new(
+                source, op, postscale, self._new_result(wire), read_only
+            )
+            result = flat.reshape(shape)
         gathered = tl.now_ns()
         self._spans([name], start, packed, reduced, gathered, gathered)
         return result
 
-    def _fused(self, members, backend, dtype, wire, op, prescale, postscale):
-        """Reduce ``members`` through one fusion buffer; return their results (None: absent)."""
+    def _new_result(self, dtype):
+        """Return the function that makes a new 1-D result of ``dtype`` from the result pool."""
+        return functools.partial(self._results.empty, dtype=dtype)
+
+    def _fused(self, members, backend, dtype, wire, op, scales, read_only):
+        """Reduce ``members`` through one fusion buffer; return their results (None: absent).
+
+        ``scales`` is (prescale, postscale).
+        """
+        prescale, postscale = scales
         start = tl.now_ns()
         # Every member laid end to end, each aligned so that its slice of the result is
         # too; what lies between is unused.
@@ -173,8 +201,9 @@ class Executor:
         if backend is _CPU and dtype == wire:
             # The ring writes straight into one new array whose slices are the results: no
             # copy out of the fusion buffer.
-            result = self._results.empty(total, wire)
-            reduced = self.ring.allreduce(host, result, op, postscale)
+            result, reduced = self.ring.allreduce_new(
+                host, op, postscale, self._new_result(wire), read_only
+            )
             gathered = tl.now_ns()
             outputs = [
                 _deliver(result[off : off + math.prod(shape)].reshape(shape), out)

@@ -51,14 +51,19 @@ class Handle:
 
 
 class Request:
-    """One local submission: its meta, its data, where the result goes, and its handle."""
+    """One local submission: its meta, its data, where the result goes, and its handle.
 
-    __slots__ = ("meta", "array", "out", "handle", "submitted_ns", "sent_ns")
+    ``read_only``: the caller never writes to the result, which may then be a read-only
+    array that the ranks of a host share.
+    """
 
-    def __init__(self, meta, array, out, submitted_ns: int):
+    __slots__ = ("meta", "array", "out", "read_only", "handle", "submitted_ns", "sent_ns")
+
+    def __init__(self, meta, array, out, submitted_ns: int, read_only: bool = False):
         self.meta = meta
         self.array = array
         self.out = out
+        self.read_only = read_only
         self.handle = Handle(meta.name)
         self.submitted_ns = submitted_ns
         self.sent_ns = submitted_ns  # when the engine thread passed it to the coordinator

@@ -27,7 +27,8 @@ class Ring:
     """The ring collectives of one rank over ``comm`` (a private communicator).
 
     Built collectively over ``comm``. With ``shared_bytes`` and every rank on one host, calls
-    of up to that many bytes go through shared memory (``ringtrain.ring.shared``).
+    of up to that many bytes go through shared memory (``ringtrain.ring.shared``), and
+    ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``).
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class Ring:
         chunk_bytes: int,
         pool: BufferPool | None = None,
         shared_bytes: int = 0,
+        result_bytes: int = 0,
     ):
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -46,7 +48,7 @@ class Ring:
         self._left = (self.rank - 1) % self.size
         self.shared = None
         if shared_bytes > 0 and self.size > 1 and _one_host(comm):
-            regions = SharedRegions(comm, shared_bytes)
+            regions = SharedRegions(comm, shared_bytes, result_bytes)
             self.shared = SharedRing(comm, regions) if regions.available else None
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0) -> int:
@@ -58,6 +60,19 @@ class Ring:
         """
         bounds = _even_bounds(len(src), self.size)
         return self._run(src, dst, op, postscale, bounds, allgather=True)
+
+    def allreduce_new(self, src, op: ReduceOp, postscale: float, new, read_only: bool):
+        """Reduce 1-D ``src`` as ``allreduce`` does, into a new array; return it and the time.
+
+        The result is ``new(len(src))``, or, when every rank passes ``read_only`` and the
+        call runs through shared memory, a read-only array that the host's ranks share.
+        """
+        if self._through_shared(src):
+            bounds = _even_bounds(len(src), self.size)
+            backend = kernels.backend_for(src)
+            return self.shared.run(backend, src, None, op, postscale, bounds, True, new, read_only)
+        result = new(len(src))
+        return result, self.allreduce(src, result, op, postscale)
 
     def reduce_scatter(self, src, dst, op: ReduceOp, postscale: float, bounds) -> None:
         """Reduce ``src`` over all ranks; afterwards ``dst[bounds[rank]]`` holds this rank's part.
@@ -73,8 +88,8 @@ class Ring:
             if len(src) and (src is not dst or postscale != 1.0):
                 backend.pack([src], dst, [0], postscale)
             return time.perf_counter_ns()
-        if self.shared is not None and self.shared.fits(len(src), dst.dtype):
-            return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)
+        if self._through_shared(src):
+            return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)[1]
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         chunk = max(1, self.chunk_bytes // dst.itemsize)
         last_reduce = self.size - 2
@@ -129,6 +144,9 @@ class Ring:
             post_ahead()
         MPI.Request.Waitall(hazard_sends + final_sends)
         return reduce_scatter_end
+
+    def _through_shared(self, src) -> bool:
+        return self.shared is not None and len(src) > 0 and self.shared.fits(len(src), src.dtype)
 
 
 @functools.lru_cache(maxsize=256)

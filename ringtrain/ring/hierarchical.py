@@ -42,6 +42,14 @@ class HierarchicalRing:
         self._local.Bcast(dst, root=0)
         return reduced
 
+    def allreduce_new(self, src, op: ReduceOp, postscale: float, new, read_only: bool):
+        """Reduce ``src`` into ``new(len(src))``; return it and the time, as ``Ring``'s does.
+
+        Results are never shared here: ranks on several hosts cannot share memory.
+        """
+        result = new(len(src))
+        return result, self.allreduce(src, result, op, postscale)
+
     def reduce_scatter(self, src, dst, op, postscale, bounds) -> int:
         """Run the flat ring's reduce-scatter: each rank keeps its own share anyway."""
         return self.flat.reduce_scatter(src, dst, op, postscale, bounds)

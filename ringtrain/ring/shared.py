@@ -10,6 +10,12 @@ finished it, in one step.
 Every region is double: consecutive calls alternate halves, so a rank that starts the next
 call cannot overwrite data a slower rank still reads from the last one (to reach a half again
 it must pass a barrier of the call in between, which the slower rank enters only once done).
+
+An allreduce may also leave its result in the file's result area (``ringtrain.ring.results``),
+where every rank writes its finished segment and then reads the whole result in place: no
+allgather copies. It does so when every rank asked for a new, read-only result and holds
+nothing at the call's place; each rank writes its vote beside the regions before the first
+barrier, and after it every rank reads the same votes.
 """
 
 import mmap
@@ -23,21 +29,26 @@ from mpi4py import MPI
 
 from ringtrain.buffers import ALIGNMENT
 from ringtrain.ring import schedule
+from ringtrain.ring.results import SharedResults
 
 _DIRECTORY = "/dev/shm"
 
 
 class SharedRegions:
-    """One shared-memory file with two regions of ``capacity`` bytes per rank of ``comm``.
+    """One shared-memory file: two ``capacity``-byte regions per rank, votes, results.
 
-    Collective over ``comm``, whose ranks must share a host. ``available`` is False on every
-    rank when some rank could not create or map the file; the reason is printed once.
+    The result area has ``result_bytes``. Collective over ``comm``, whose ranks must share a
+    host. ``available`` is False on every rank when some rank could not create or map the
+    file; the reason is printed once.
     """
 
-    def __init__(self, comm: MPI.Comm, capacity: int):
+    def __init__(self, comm: MPI.Comm, capacity: int, result_bytes: int = 0):
         self.capacity = capacity
         self._stride = -(-capacity // ALIGNMENT) * ALIGNMENT  # each region starts aligned
-        total = 2 * self._stride * comm.Get_size()
+        size = comm.Get_size()
+        votes_at = 2 * self._stride * size
+        results_at = votes_at + -(-2 * size // ALIGNMENT) * ALIGNMENT
+        total = results_at + result_bytes
         path, error = None, None
         if comm.Get_rank() == 0:
             try:
@@ -71,6 +82,12 @@ class SharedRegions:
                 )
         self._bytes = np.frombuffer(self._map, np.uint8) if self._map is not None else None
         self._views = {}  # (rank, half, dtype) -> the whole region as that dtype
+        self.votes = None  # [half, rank]: 1 where that rank may take the call's result place
+        self.results = None
+        if self._map is not None:
+            self.votes = self._bytes[votes_at : votes_at + 2 * size].reshape(2, size)
+            if result_bytes > 0:
+                self.results = SharedResults(memoryview(self._map)[results_at:total])
 
     def region(self, rank: int, half: int, count: int, dtype) -> np.ndarray:
         """Return ``count`` elements of ``dtype`` at the start of ``rank``'s region ``half``."""
@@ -99,33 +116,53 @@ class SharedRing:
         """Return True if ``count`` elements of ``dtype`` fit a region."""
         return count * np.dtype(dtype).itemsize <= self._regions.capacity
 
-    def run(self, backend, src, dst, op, postscale, bounds, allgather) -> int:
-        """Reduce ``src`` into ``dst`` as ``Ring`` does; return when the reduce-scatter ended.
+    def run(self, backend, src, dst, op, postscale, bounds, allgather, new=None, read_only=False):
+        """Reduce ``src`` into ``dst`` as ``Ring`` does; return the result and its time.
 
-        ``dst[bounds[rank]]`` gets this rank's reduced segment; with ``allgather``, every
-        segment. ``src`` may be ``dst``.
+        The time is when the reduce-scatter ended. ``dst[bounds[rank]]`` gets this rank's
+        reduced segment; with ``allgather``, every segment. ``src`` may be ``dst``. With
+        ``dst`` None (an allgather only), the result is a new array: read-only in the result
+        area if every rank passed ``read_only`` and can take it there (see the module
+        docstring), else ``new(len(src))``.
         """
         half, self._half = self._half, 1 - self._half
-        regions = [self._regions.region(r, half, len(src), dst.dtype) for r in range(self.size)]
+        regions = [self._regions.region(r, half, len(src), src.dtype) for r in range(self.size)]
         mine, left = regions[self.rank], regions[(self.rank - 1) % self.size]
         steps = self._steps
         lo, hi = bounds[steps[0].send]
         mine[lo:hi] = src[lo:hi]
+        results = self._regions.results
+        if allgather and results is not None:
+            place = results.place(src.nbytes)
+            self._regions.votes[half, self.rank] = (
+                dst is None
+                and read_only
+                and place is not None
+                and results.free_here(place, src.nbytes)
+            )
         barrier = self.comm.Barrier
         barrier()
+        shared = allgather and results is not None and bool(self._regions.votes[half].all())
+        if shared:
+            dst = results.take(place, len(src), src.dtype)
+        elif dst is None:
+            dst = new(len(src))
         last = len(steps) - 1
         for t, step in enumerate(steps):
             lo, hi = bounds[step.recv]
             if t < last:
                 backend.reduce(mine[lo:hi], src[lo:hi], left[lo:hi], op)
                 barrier()
-            elif allgather:
+            elif allgather and not shared:
                 backend.reduce(mine[lo:hi], src[lo:hi], left[lo:hi], op, postscale)
             else:
                 backend.reduce(dst[lo:hi], src[lo:hi], left[lo:hi], op, postscale)
         reduced = time.perf_counter_ns()
         if allgather:
-            barrier()  # every rank's finished segment is in its region
-            for owner, (lo, hi) in enumerate(bounds):
-                dst[lo:hi] = regions[owner][lo:hi]
-        return reduced
+            barrier()  # every rank's finished segment is in its region, or in the result
+            if shared:
+                dst.flags.writeable = False
+            else:
+                for owner, (lo, hi) in enumerate(bounds):
+                    dst[lo:hi] = regions[owner][lo:hi]
+        return dst, reduced

@@ -63,6 +63,7 @@ def _reducer(op, prescale, postscale):
             op=op,
             prescale_factor=prescale,
             postscale_factor=postscale,
+            read_only=True,  # TensorFlow never writes to a tensor's memory
         )
 
     return start
@@ -177,7 +178,9 @@ def _run(plans, labels, site):
     for i, plan in enumerate(plans):
         codes[i, _NONE if plan is None else plan.kind] = 1
     manifest_name = f"{site}.manifest"
-    manifest_start = functools.partial(api.allreduce_async, name=manifest_name, op=Sum)
+    manifest_start = functools.partial(
+        api.allreduce_async, name=manifest_name, op=Sum, read_only=True
+    )
     manifest = None
     for i in reversed(range(len(plans))):
         for part in plans[i].parts if plans[i] is not None else ():
