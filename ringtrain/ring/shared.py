@@ -132,17 +132,20 @@ class SharedRing:
         lo, hi = bounds[steps[0].send]
         mine[lo:hi] = src[lo:hi]
         results = self._regions.results
+        vote = False
         if allgather and results is not None:
             place = results.place(src.nbytes)
-            self._regions.votes[half, self.rank] = (
+            vote = (
                 dst is None
                 and read_only
                 and place is not None
                 and results.free_here(place, src.nbytes)
             )
+            self._regions.votes[half, self.rank] = vote
         barrier = self.comm.Barrier
         barrier()
-        shared = allgather and results is not None and bool(self._regions.votes[half].all())
+        # Every rank reads the same votes; one that voted no knows the outcome already.
+        shared = vote and bool(self._regions.votes[half].all())
         if shared:
             dst = results.take(place, len(src), src.dtype)
         elif dst is None:
