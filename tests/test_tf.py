@@ -44,11 +44,13 @@ def test_training_benchmark_reports_every_contender(tmp_path):
     out = tmp_path / "rows.json"
     command = [
         sys.executable, "-m", "ringtrain.bench", "train", "--models", "mlp", "--steps", "4",
-        "--warmup", "2", "--timeout", "150", "--inter-op-threads", "1", "--json", str(out),
+        "--warmup", "2", "--timeout", "150", "--inter-op-threads", "1", "--rounds", "2",
+        "--json", str(out),
     ]  # fmt: skip
-    done, _ = bounded.run(command, 200)
+    done, _ = bounded.run(command, 300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "one intra-op thread and 1 inter-op per rank" in done.stdout, done.stdout
+    assert "medians of 2 rounds" in done.stdout, done.stdout
     rows = json.loads(out.read_text())
     assert [r["contender"] for r in rows] == [
         "one process",
@@ -58,6 +60,7 @@ def test_training_benchmark_reports_every_contender(tmp_path):
         "MultiWorkerMirroredStrategy, 2 workers",
     ]
     assert all(r["samples_per_sec"] > 0 for r in rows)
+    assert all(len(r["per_round_samples_per_sec"]) == 2 for r in rows), rows
     assert 0 <= rows[2]["hidden_fraction"] <= 1
     # Every contender's processes ran with the thread setting asked for.
     assert all(r["inter_op_threads"] == [1] for r in rows), rows

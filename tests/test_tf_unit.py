@@ -125,6 +125,34 @@ def test_hidden_fraction_counts_communication_after_the_last_enqueue(tmp_path):
     assert hidden_fraction(str(path), skip_steps=1) == pytest.approx(1 - 20 / 30)
 
 
+def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
+    from ringtrain.bench.train import summarize
+
+    def round_of(alone, ring, mwms, hidden, threads=1):
+        rates = {"one process": alone, "ringtrain -np 2": ring, "MWMS": mwms}
+        return {"rates": rates, "hidden": {"ringtrain -np 2": hidden}, "threads": {threads}}
+
+    # The machine's speed differs from round to round. Ratios within a round are 1.3, 2.0 and
+    # 1.2 against one process (median 1.3; the medians of the rates would give 1800 / 1500 =
+    # 1.2), and 2.6, 4.0 and 4.0 against MWMS (median 4.0; 1800 / 500 = 3.6).
+    rounds = [
+        round_of(1000, 1300, 500, 0.4),
+        round_of(2000, 4000, 1000, 0.6, threads=0),
+        round_of(1500, 1800, 450, 0.5),
+    ]
+    rows = summarize("mlp", rounds, 64)
+    assert [r["contender"] for r in rows] == ["one process", "ringtrain -np 2", "MWMS"]
+    ring = rows[1]
+    assert ring["samples_per_sec"] == 1800
+    assert ring["per_round_samples_per_sec"] == [1300, 4000, 1800]
+    assert ring["scaling_ratio"] == pytest.approx(1.3)
+    assert ring["vs_mwms"] == pytest.approx(4.0)
+    assert ring["hidden_fraction"] == pytest.approx(0.5)
+    assert rows[0]["scaling_ratio"] == 1.0 and rows[0]["hidden_fraction"] is None
+    assert rows[2]["vs_mwms"] == 1.0
+    assert all(r["inter_op_threads"] == [0, 1] and r["batch_per_rank"] == 64 for r in rows)
+
+
 def test_a_gradient_exchange_waits_in_one_op_after_one_enqueue_per_tensor():
     grads = [
         tf.ones([3, 2]),

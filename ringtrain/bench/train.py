@@ -17,6 +17,11 @@ batch). The hidden fraction is 1 - exposed / total communication time, from a se
 ringtrain run with a timeline: per step, the engine's work on each fused reduction (copy in,
 ring, copy out) is communication, and the part after the last gradient was handed over is
 exposed.
+
+A shared machine's speed drifts by tens of percent over minutes, so every contender runs
+once per round (``--rounds``, default 3), and the table gives medians over the rounds: of
+samples/sec, of the hidden fraction, and of each ratio taken within one round, against that
+round's own one process and MultiWorkerMirroredStrategy.
 """
 
 import argparse
@@ -42,10 +47,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--np", type=int, default=2, help="ranks and workers (default 2)")
     parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps (default 30)")
+    parser.add_argument(
+        "--rounds",
+        type=_at_least(1),
+        default=3,
+        help="times every contender runs; the table gives medians (default 3)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="per launch, in seconds")
     parser.add_argument(
         "--inter-op-threads",
-        type=_thread_count,
+        type=_at_least(0),
         default=0,
         help="TensorFlow inter-op threads per process, the same for every contender "
         "(default 0: TensorFlow's choice, one per core)",
@@ -58,11 +69,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
 
 
-def _thread_count(text):
-    count = int(text)
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 (TensorFlow's choice) or more, got {count}")
-    return count
+def _at_least(least):
+    """Return an argparse type that takes an integer of at least ``least``."""
+
+    def parse(text):
+        count = int(text)
+        if count < least:
+            raise argparse.ArgumentTypeError(f"expected {least} or more, got {count}")
+        return count
+
+    return parse
 
 
 def run(args) -> int:
@@ -71,8 +87,9 @@ def run(args) -> int:
         return _work(args)
     rows = []
     for model in args.models.split(","):
-        rows.extend(_measure_model(args, model.strip()))
-    _print(rows, args.np, args.inter_op_threads)
+        rounds = [_measure_round(args, model.strip()) for _ in range(args.rounds)]
+        rows.extend(summarize(model.strip(), rounds, args.batch))
+    _print(rows, args.np, args.inter_op_threads, args.rounds)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
@@ -82,7 +99,8 @@ def run(args) -> int:
 # -- the orchestrating process ---------------------------------------------------------
 
 
-def _measure_model(args, model):
+def _measure_round(args, model):
+    """Run every contender once; return their results."""
     n = args.np
     alone = _launch([_self(args, "alone", model)], args.timeout)[0]
     independent = _launch([_self(args, "alone", model)] * n, args.timeout)
@@ -95,29 +113,50 @@ def _measure_model(args, model):
     finally:
         shutil.rmtree(folder)
     mwms = _launch(_mwms_commands(args, model), args.timeout, _mwms_env(n))[0]
-    base = alone["samples_per_sec"]
-    rows = [
-        ("one process", alone["samples_per_sec"], None),
-        (f"{n} independent processes", sum(r["samples_per_sec"] for r in independent), None),
-        (f"ringtrain -np {n}", ringtrain["samples_per_sec"], traced["hidden_fraction"]),
-        (f"ringtrain -np {n}, model.fit", ringtrain["fit_samples_per_sec"], None),
-        (f"MultiWorkerMirroredStrategy, {n} workers", mwms["samples_per_sec"], None),
-    ]
-    # As every reporting process ran with it (0: TensorFlow's default); one value if all agree.
-    threads = sorted({r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)})
-    return [
-        {
-            "model": model,
-            "contender": name,
-            "samples_per_sec": rate,
-            "scaling_ratio": rate / base,
-            "vs_mwms": rate / mwms["samples_per_sec"],
-            "hidden_fraction": hidden,
-            "batch_per_rank": args.batch,
-            "inter_op_threads": threads,
-        }
-        for name, rate, hidden in rows
-    ]
+    return {
+        "rates": {
+            "one process": alone["samples_per_sec"],
+            f"{n} independent processes": sum(r["samples_per_sec"] for r in independent),
+            f"ringtrain -np {n}": ringtrain["samples_per_sec"],
+            f"ringtrain -np {n}, model.fit": ringtrain["fit_samples_per_sec"],
+            f"MultiWorkerMirroredStrategy, {n} workers": mwms["samples_per_sec"],
+        },
+        "hidden": {f"ringtrain -np {n}": traced["hidden_fraction"]},
+        # As every reporting process ran with it (0: TensorFlow's default).
+        "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)},
+    }
+
+
+def summarize(model, rounds, batch):
+    """Return one row per contender: medians over ``rounds`` (``_measure_round``'s results).
+
+    The first contender is the baseline of the scaling ratio and the last the one of
+    ``vs_mwms``; each ratio is taken within a round, then its median over the rounds.
+    """
+    names = list(rounds[0]["rates"])
+    threads = sorted(set().union(*(r["threads"] for r in rounds)))
+    rows = []
+    for name in names:
+        rates = [r["rates"][name] for r in rounds]
+        hidden = [r["hidden"][name] for r in rounds if name in r["hidden"]]
+        rows.append(
+            {
+                "model": model,
+                "contender": name,
+                "samples_per_sec": float(np.median(rates)),
+                "scaling_ratio": float(
+                    np.median([r["rates"][name] / r["rates"][names[0]] for r in rounds])
+                ),
+                "vs_mwms": float(
+                    np.median([r["rates"][name] / r["rates"][names[-1]] for r in rounds])
+                ),
+                "hidden_fraction": float(np.median(hidden)) if hidden else None,
+                "per_round_samples_per_sec": rates,
+                "batch_per_rank": batch,
+                "inter_op_threads": threads,
+            }
+        )
+    return rows
 
 
 def _self(args, worker, model):
@@ -179,9 +218,11 @@ def _launch(commands, timeout, envs=None):
     return results
 
 
-def _print(rows, n, inter_op):
+def _print(rows, n, inter_op, rounds):
     inter = f"{inter_op} inter-op" if inter_op else "TensorFlow's default inter-op threads"
     print(f"one intra-op thread and {inter} per rank; samples/sec over all ranks (np={n})")
+    if rounds > 1:
+        print(f"medians of {rounds} rounds; each ratio is taken within a round")
     print(f"{'model':<6} {'contender':<40} {'samples/s':>10} {'ratio':>6} {'vs MWMS':>8} hidden")
     for r in rows:
         hidden = "" if r["hidden_fraction"] is None else f"{r['hidden_fraction']:.0%}"
