@@ -51,6 +51,8 @@ def test_training_benchmark_reports_every_contender(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "one intra-op thread and 1 inter-op per rank" in done.stdout, done.stdout
     assert "medians of 2 rounds" in done.stdout, done.stdout
+    assert "mlp round 1/2, samples/s: one process" in done.stdout, done.stdout
+    assert "mlp round 2/2" in done.stdout, done.stdout
     rows = json.loads(out.read_text())
     assert [r["contender"] for r in rows] == [
         "one process",

@@ -87,8 +87,14 @@ def run(args) -> int:
         return _work(args)
     rows = []
     for model in args.models.split(","):
-        rounds = [_measure_round(args, model.strip()) for _ in range(args.rounds)]
-        rows.extend(summarize(model.strip(), rounds, args.batch))
+        model = model.strip()
+        rounds = []
+        for k in range(1, args.rounds + 1):
+            rounds.append(_measure_round(args, model))
+            # Each round as it ends: a long run that fails later still shows what it measured.
+            rates = ", ".join(f"{name} {rate:.0f}" for name, rate in rounds[-1]["rates"].items())
+            print(f"{model} round {k}/{args.rounds}, samples/s: {rates}", flush=True)
+        rows.extend(summarize(model, rounds, args.batch))
     _print(rows, args.np, args.inter_op_threads, args.rounds)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
