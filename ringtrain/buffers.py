@@ -10,6 +10,11 @@ import numpy as np
 ALIGNMENT = 64
 
 
+def aligned_size(nbytes: int) -> int:
+    """Return ``nbytes`` rounded up to a whole number of ALIGNMENT blocks."""
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
+
+
 def aligned_empty(shape, dtype) -> np.ndarray:
     """Return an uninitialised array of ``shape`` whose data starts on an ALIGNMENT boundary."""
     shape, dtype, nbytes = _layout(shape, dtype)

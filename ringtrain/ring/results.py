@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from ringtrain.buffers import ALIGNMENT
+from ringtrain.buffers import aligned_size
 
 
 class SharedResults:
@@ -33,7 +33,7 @@ class SharedResults:
         Every rank must ask for every call, in the same order: the next place starts where
         this one ends, whether or not the call used it.
         """
-        size = -(-nbytes // ALIGNMENT) * ALIGNMENT
+        size = aligned_size(nbytes)
         if nbytes == 0 or size > self.capacity:
             return None
         start = self._next if self._next + size <= self.capacity else 0

@@ -27,7 +27,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ringtrain.buffers import ALIGNMENT
+from ringtrain.buffers import aligned_size
 from ringtrain.ring import schedule
 from ringtrain.ring.results import SharedResults
 
@@ -44,10 +44,10 @@ class SharedRegions:
 
     def __init__(self, comm: MPI.Comm, capacity: int, result_bytes: int = 0):
         self.capacity = capacity
-        self._stride = -(-capacity // ALIGNMENT) * ALIGNMENT  # each region starts aligned
+        self._stride = aligned_size(capacity)  # each region starts aligned
         size = comm.Get_size()
         votes_at = 2 * self._stride * size
-        results_at = votes_at + -(-2 * size // ALIGNMENT) * ALIGNMENT
+        results_at = votes_at + aligned_size(2 * size)
         total = results_at + result_bytes
         path, error = None, None
         if comm.Get_rank() == 0:
