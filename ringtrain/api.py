@@ -99,6 +99,11 @@ def is_initialized() -> bool:
     return _engine is not None
 
 
+def active_settings() -> settings_module.Settings:
+    """Return the settings that ``init()`` read; before it, those of the environment."""
+    return _engine.settings if _engine is not None else settings_module.read()
+
+
 def _topo() -> Topology:
     if _topology is None:
         raise NotInitializedError("ringtrain is not initialised: call ringtrain.init() first")

@@ -33,6 +33,11 @@ class Settings:
     # file within a 64 MiB /dev/shm up to 5 ranks per host.
     shared_result_bytes: int = 16 * 1024 * 1024
     hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
+    # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
+    # gradients in backprop order, each bucket closed once it holds this many bytes, one
+    # TensorFlow op per bucket; 0 gives every gradient its own op. An op costs the
+    # TensorFlow thread about 70 us here (docs/benchmarks.md), as long as a 1 MiB exchange.
+    bucket_bytes: int = 1024 * 1024
 
 
 def _parse_bool(text):
@@ -88,6 +93,7 @@ _FIELDS = {
     "shared_memory_bytes": ("SHARED_MEMORY_BYTES", _parse_number(int, 0)),
     "shared_result_bytes": ("SHARED_RESULT_BYTES", _parse_number(int, 0)),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
+    "bucket_bytes": ("BUCKET_BYTES", _parse_number(int, 0)),
 }
 
 

@@ -11,6 +11,7 @@ def test_defaults():
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
     assert s.shared_memory_bytes == 4 * 1024 * 1024
     assert s.shared_result_bytes == 16 * 1024 * 1024
+    assert s.bucket_bytes == 1024 * 1024
 
 
 def test_environment_then_keywords_win():
@@ -34,6 +35,7 @@ def test_environment_then_keywords_win():
         ({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "maybe"}, "expected one of 1/0, true/false"),
         ({"RINGTRAIN_SHARED_MEMORY_BYTES": "-5"}, "SHARED_MEMORY_BYTES: expected a number >= 0"),
         ({"RINGTRAIN_SHARED_RESULT_BYTES": "lots"}, "SHARED_RESULT_BYTES: expected an integer"),
+        ({"RINGTRAIN_BUCKET_BYTES": "-1"}, "BUCKET_BYTES: expected a number >= 0"),
     ],
 )
 def test_bad_environment_values_name_variable_and_value(env, message):

@@ -37,6 +37,27 @@ def test_gradient_reduction_validates_its_settings():
         exchange.GradientReduction(op=42)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "cap", "want"),
+    [
+        ([], 1024, []),
+        ([8], 1024, [[0]]),
+        ([0], 1024, [[0]]),
+        # The benchmark's MLP, last layer first: bias, kernel, bias, kernel, ...
+        (
+            [40, 40960, 4096, 4194304, 4096, 4194304, 4096, 3211264],
+            2**20,
+            [[0, 1, 2, 3], [4, 5], [6, 7]],
+        ),
+        ([100, 924, 1, 1023, 1024, 5], 1024, [[0, 1], [2, 3], [4], [5]]),
+        ([100, None, 100, 100], 1024, [[0, 1], [2, 3]]),
+        ([100, 0, 7], 0, [[0], [1], [2]]),
+    ],
+)
+def test_buckets_close_once_full_or_at_an_unknown_size(sizes, cap, want):
+    assert exchange.buckets(sizes, cap) == want
+
+
 @pytest.mark.parametrize("dtype", [tf.bool, tf.uint32, tf.int16, tf.complex64, tf.float32])
 def test_engine_wire_carries_any_fixed_size_dtype(dtype):
     value = tf.cast(tf.constant([[0, 1, 3], [2, 0, 1]]), dtype)
@@ -153,7 +174,11 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
     assert all(r["inter_op_threads"] == [0, 1] and r["batch_per_rank"] == 64 for r in rows)
 
 
-def test_a_gradient_exchange_waits_in_one_op_after_one_enqueue_per_tensor():
+@pytest.mark.parametrize(("bucket_bytes", "enqueues"), [("0", 4), ("1048576", 1)])
+def test_a_gradient_exchange_waits_in_one_op_after_one_enqueue_per_bucket(
+    monkeypatch, bucket_bytes, enqueues
+):
+    monkeypatch.setenv("RINGTRAIN_BUCKET_BYTES", bucket_bytes)  # read at trace time
     grads = [
         tf.ones([3, 2]),
         None,
@@ -167,6 +192,7 @@ def test_a_gradient_exchange_waits_in_one_op_after_one_enqueue_per_tensor():
 
     ops = exchanged.get_concrete_function().graph.get_operations()
     names = [op.name.rsplit("/", 1)[-1] for op in ops if op.type in ("PyFunc", "EagerPyFunc")]
-    # Three dense or sparse entries make four parts (values and indices), the first of them
-    # enqueued together with the manifest.
-    assert sorted(name.split("_")[1] for name in names) == ["enqueue"] * 4 + ["synchronize"]
+    # Three dense or sparse entries make four parts (values and indices): one op each, the
+    # first with the manifest; or all of them with the manifest in one op, for they are
+    # small and of known sizes.
+    assert sorted(name.split("_")[1] for name in names) == ["enqueue"] * enqueues + ["synchronize"]

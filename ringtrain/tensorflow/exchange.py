@@ -1,9 +1,12 @@
 """Hands a list of tensors (a step's gradients, a model's variables) to the engine at once.
 
-Every tensor is enqueued, last first, as soon as TensorFlow has computed it: backprop
-produces the last layers' gradients first, so the engine reduces (and fuses) those while
-TensorFlow still computes the earlier ones. Only then does one synchronize op run, which
-waits for every result.
+The tensors are enqueued last first, in buckets: each bucket is one TensorFlow op that
+runs as soon as TensorFlow has computed its tensors. Backprop produces the last layers'
+gradients first, so the engine reduces (and fuses) those while TensorFlow still computes
+the earlier ones. A bucket closes once it holds ``bucket_bytes`` (a setting, 1 MiB by
+default): each op costs TensorFlow's thread about as much as exchanging 1 MiB, so small
+tensors share one, and large ones still go as soon as they are ready. Only then does one
+synchronize op run, which waits for every result.
 
 With the tensors goes a manifest: a small allreduce of one one-hot row per tensor
 (none, dense or sparse), submitted with the first tensor. Ranks that disagree on the
@@ -181,29 +184,29 @@ def _run(plans, labels, site):
     manifest_start = functools.partial(
         api.allreduce_async, name=manifest_name, op=Sum, read_only=True
     )
+    present = [(i, part) for i in reversed(range(len(plans))) for part in _parts(plans[i])]
+    sizes = [_static_bytes(part.tensor) for _, part in present]
     manifest = None
-    for i in reversed(range(len(plans))):
-        for part in plans[i].parts if plans[i] is not None else ():
-            start = part.start(f"{site}.{i}{part.suffix}")
-            if manifest is None:
-                # The manifest goes with the first tensor, in the same submission; reduced
-                # like it (the check needs only its zero pattern), the engine fuses the two.
-                if part.reduces:
-                    manifest_start = part.start(manifest_name)
-                manifest, part.token = bridge.enqueue(
-                    _together(manifest_start, start),
-                    [tf.constant(codes), part.tensor],
-                    site,
-                    count=2,
-                )
-            else:
-                part.token = bridge.enqueue(start, [part.tensor], site)
+    for bucket in buckets(sizes, api.active_settings().bucket_bytes):
+        members = [present[k] for k in bucket]
+        starts = [part.start(f"{site}.{i}{part.suffix}") for i, part in members]
+        tensors = [part.tensor for _, part in members]
+        if manifest is None:
+            # The manifest goes with the first bucket, in the same submission; reduced like
+            # its first tensor (the check needs only its zero pattern), the engine fuses them.
+            if members[0][1].reduces:
+                manifest_start = members[0][1].start(manifest_name)
+            starts.insert(0, manifest_start)
+            tensors.insert(0, tf.constant(codes))
+        tokens = bridge.enqueue(_each(starts), tensors, site, count=len(starts))
+        if manifest is None:
+            manifest = tokens.pop(0)
+        for (_, part), token in zip(members, tokens, strict=True):
+            part.token = token
     if manifest is None:
         manifest = bridge.enqueue(manifest_start, [tf.constant(codes)], site)
     # One op waits for every result, the manifest first: a TensorFlow thread blocks once
     # per step, and only after the last enqueue, whose token is one of its inputs.
-    order = [i for i in reversed(range(len(plans))) if plans[i] is not None]
-    present = [(i, part) for i in order for part in plans[i].parts]
     results = bridge.synchronize_each(
         [manifest, *(part.token for _, part in present)],
         [tf.float32, *(part.tensor.dtype for _, part in present)],
@@ -220,9 +223,37 @@ def _run(plans, labels, site):
     return [None if plan is None else plan.finish(by_plan[i]) for i, plan in enumerate(plans)]
 
 
-def _together(first, second):
-    def start(a, b):
-        return [first(a), second(b)]
+def _parts(plan):
+    return plan.parts if plan is not None else ()
+
+
+def _static_bytes(tensor):
+    """Return the bytes of ``tensor`` from its static shape (None where that is unknown)."""
+    count = tensor.shape.num_elements()
+    return None if count is None else count * tensor.dtype.size
+
+
+def buckets(sizes, cap):
+    """Split positions ``0..len(sizes)-1``, in order, into runs of at least ``cap`` bytes.
+
+    A run closes at the first size that brings it to ``cap`` or more, and at an unknown
+    size (None); the last run holds what is left. ``cap`` 0 puts every position alone.
+    """
+    runs, run, filled = [], [], 0
+    for k, size in enumerate(sizes):
+        run.append(k)
+        filled = cap if size is None else filled + size
+        if filled >= cap:
+            runs.append(run)
+            run, filled = [], 0
+    if run:
+        runs.append(run)
+    return runs
+
+
+def _each(starts):
+    def start(*arrays):
+        return [begin(array) for begin, array in zip(starts, arrays, strict=True)]
 
     return start
 

@@ -304,6 +304,38 @@ def check_step_time_python_is_not_autograph_converted():
     assert not converted, f"autograph-converted code ran in a step: {sorted(set(converted))}"
 
 
+def check_gradients_go_in_buckets():
+    # Dense 512 -> 512 kernels are 1 MiB each: every bucket (at the default 1 MiB) closes
+    # at a kernel, so three layers' six gradients take three enqueue ops, not six.
+    assert ringtrain.api.active_settings().bucket_bytes == 1024 * 1024
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((512,)), *(keras.layers.Dense(512) for _ in range(3))])
+    r, n = hvd.rank(), hvd.size()
+    xs = [np.random.default_rng(k).normal(size=(4, 512)).astype(np.float32) for k in range(n)]
+
+    def local(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(model(x)))
+        return tape, loss
+
+    @tf.function
+    def reduced(x):
+        tape, loss = local(x)
+        return hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+
+    graph = reduced.get_concrete_function(tf.constant(xs[r])).graph
+    enqueues = [op for op in graph.get_operations() if op.name.startswith("rt_enqueue")]
+    assert len(enqueues) == 3, [op.name for op in enqueues]
+    everyone_grads = []
+    for x in xs:
+        tape, loss = local(x)
+        everyone_grads.append([g.numpy() for g in tape.gradient(loss, model.trainable_variables)])
+    got = reduced(tf.constant(xs[r]))
+    for k, g in enumerate(got):
+        want = np.mean([grads[k] for grads in everyone_grads], axis=0)
+        assert np.allclose(g.numpy(), want, rtol=1e-5, atol=1e-5), k
+
+
 def body():
     hvd.init()
     for check in (
@@ -311,6 +343,7 @@ def body():
         check_grouped_allreduce,
         check_allgather_broadcast_alltoall_reducescatter,
         check_gradients,
+        check_gradients_go_in_buckets,
         check_sparse_and_tape,
         check_sparse_optimizer,
         check_broadcast_variables,
