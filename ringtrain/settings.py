@@ -33,11 +33,12 @@ class Settings:
     # file within a 64 MiB /dev/shm up to 5 ranks per host.
     shared_result_bytes: int = 16 * 1024 * 1024
     hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
-    # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
+    # ringtrain.tensorflow can hand a step's gradients to the engine in buckets: consecutive
     # gradients in backprop order, each bucket closed once it holds this many bytes, one
-    # TensorFlow op per bucket; 0 gives every gradient its own op. An op costs the
-    # TensorFlow thread about 70 us here (docs/benchmarks.md), as long as a 1 MiB exchange.
-    bucket_bytes: int = 1024 * 1024
+    # TensorFlow op per bucket; 0 (the default) gives every gradient its own op. Measured
+    # (docs/benchmarks.md): 1 MiB buckets train faster at TensorFlow's default threads, but
+    # start the exchange later, so less of it hides behind backprop.
+    bucket_bytes: int = 0
 
 
 def _parse_bool(text):

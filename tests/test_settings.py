@@ -11,7 +11,7 @@ def test_defaults():
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
     assert s.shared_memory_bytes == 4 * 1024 * 1024
     assert s.shared_result_bytes == 16 * 1024 * 1024
-    assert s.bucket_bytes == 1024 * 1024
+    assert s.bucket_bytes == 0
 
 
 def test_environment_then_keywords_win():

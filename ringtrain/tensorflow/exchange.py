@@ -1,11 +1,10 @@
 """Hands a list of tensors (a step's gradients, a model's variables) to the engine at once.
 
-The tensors are enqueued last first, in buckets: each bucket is one TensorFlow op that
-runs as soon as TensorFlow has computed its tensors. Backprop produces the last layers'
-gradients first, so the engine reduces (and fuses) those while TensorFlow still computes
-the earlier ones. A bucket closes once it holds ``bucket_bytes`` (a setting, 1 MiB by
-default): each op costs TensorFlow's thread about as much as exchanging 1 MiB, so small
-tensors share one, and large ones still go as soon as they are ready. Only then does one
+The tensors are enqueued last first, each by a TensorFlow op that runs as soon as
+TensorFlow has computed it: backprop produces the last layers' gradients first, so the
+engine reduces (and fuses) those while TensorFlow still computes the earlier ones. With the
+``bucket_bytes`` setting, consecutive tensors share one op until they fill that many bytes:
+an op costs TensorFlow's thread about as much as exchanging 1 MiB. Only then does one
 synchronize op run, which waits for every result.
 
 With the tensors goes a manifest: a small allreduce of one one-hot row per tensor
