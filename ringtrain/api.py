@@ -44,6 +44,7 @@ def init(comm=None, **settings) -> None:
     # process or a script that sets mpi4py.rc first must not have done for it.
     from mpi4py import MPI
 
+    from ringtrain.affinity import bind_ranks
     from ringtrain.engine.core import Engine
     from ringtrain.topology import discover
 
@@ -55,6 +56,8 @@ def init(comm=None, **settings) -> None:
         )
     comm = _resolve_comm(comm, MPI)
     _topology = discover(comm)
+    # Before the engine starts its thread, which then runs where the rank's other threads do.
+    bind_ranks(comm, config.bind_cores)
     _engine = Engine(comm, config, _topology)
     _counters.clear()
     if not _atexit_registered:

@@ -39,6 +39,11 @@ class Settings:
     # (docs/benchmarks.md): 1 MiB buckets train faster at TensorFlow's default threads, but
     # start the exchange later, so less of it hides behind backprop.
     bucket_bytes: int = 0
+    # The ranks of a host that the launcher left the same CPUs divide its cores among
+    # themselves at init() (ringtrain.affinity). Measured (docs/benchmarks.md): at -np 2 on
+    # 2 cores the MLP's model.fit ran 5% faster at one inter-op thread, 17% at TensorFlow's
+    # default; its custom step 2% and 5%.
+    bind_cores: bool = True
 
 
 def _parse_bool(text):
@@ -95,6 +100,7 @@ _FIELDS = {
     "shared_result_bytes": ("SHARED_RESULT_BYTES", _parse_number(int, 0)),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
     "bucket_bytes": ("BUCKET_BYTES", _parse_number(int, 0)),
+    "bind_cores": ("BIND_CORES", _parse_bool),
 }
 
 

@@ -41,6 +41,11 @@ def test_a_full_result_area_falls_back_and_overwrites_nothing_held(np):
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_ranks_started_unbound_divide_the_cores_and_bound_ranks_stay(np):
+    check("check_affinity.py", np)
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_engine_async_fusion_groups_join(np):
     check("check_engine.py", np)
 

@@ -12,6 +12,7 @@ def test_defaults():
     assert s.shared_memory_bytes == 4 * 1024 * 1024
     assert s.shared_result_bytes == 16 * 1024 * 1024
     assert s.bucket_bytes == 0
+    assert s.bind_cores is True
 
 
 def test_environment_then_keywords_win():
@@ -19,6 +20,8 @@ def test_environment_then_keywords_win():
     s = settings.read(env, fusion_threshold=0)
     assert s.cycle_time_ms == 2.5 and s.fusion_threshold == 0
     assert settings.read({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "Yes"}).hierarchical_allreduce
+    assert settings.read({"RINGTRAIN_BIND_CORES": "off"}).bind_cores is False
+    assert settings.read({"RINGTRAIN_BIND_CORES": "0"}, bind_cores=True).bind_cores is True
 
 
 @pytest.mark.parametrize(
@@ -36,6 +39,7 @@ def test_environment_then_keywords_win():
         ({"RINGTRAIN_SHARED_MEMORY_BYTES": "-5"}, "SHARED_MEMORY_BYTES: expected a number >= 0"),
         ({"RINGTRAIN_SHARED_RESULT_BYTES": "lots"}, "SHARED_RESULT_BYTES: expected an integer"),
         ({"RINGTRAIN_BUCKET_BYTES": "-1"}, "BUCKET_BYTES: expected a number >= 0"),
+        ({"RINGTRAIN_BIND_CORES": "2"}, "bad value '2' for RINGTRAIN_BIND_CORES: expected one of"),
     ],
 )
 def test_bad_environment_values_name_variable_and_value(env, message):

@@ -4,6 +4,7 @@ TensorFlow takes seconds to import per process, so each script batches many chec
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -66,3 +67,8 @@ def test_training_benchmark_reports_every_contender(tmp_path):
     assert 0 <= rows[2]["hidden_fraction"] <= 1
     # Every contender's processes ran with the thread setting asked for.
     assert all(r["inter_op_threads"] == [1] for r in rows), rows
+    # Processes that ran at once divided the cores; the one process had them all.
+    cpus = len(os.sched_getaffinity(0))
+    assert rows[0]["cpus_per_process"] == [cpus], rows
+    for row in rows[1:]:
+        assert all(0 < c < cpus or c == cpus == 1 for c in row["cpus_per_process"]), rows

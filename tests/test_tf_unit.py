@@ -151,7 +151,13 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
 
     def round_of(alone, ring, mwms, hidden, threads=1):
         rates = {"one process": alone, "ringtrain -np 2": ring, "MWMS": mwms}
-        return {"rates": rates, "hidden": {"ringtrain -np 2": hidden}, "threads": {threads}}
+        cpus = {"one process": {2}, "ringtrain -np 2": {1}, "MWMS": {1}}
+        return {
+            "rates": rates,
+            "hidden": {"ringtrain -np 2": hidden},
+            "threads": {threads},
+            "cpus": cpus,
+        }
 
     # The machine's speed differs from round to round. Ratios within a round are 1.3, 2.0 and
     # 1.2 against one process (median 1.3; the medians of the rates would give 1800 / 1500 =
@@ -172,6 +178,7 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
     assert rows[0]["scaling_ratio"] == 1.0 and rows[0]["hidden_fraction"] is None
     assert rows[2]["vs_mwms"] == 1.0
     assert all(r["inter_op_threads"] == [0, 1] and r["batch_per_rank"] == 64 for r in rows)
+    assert [r["cpus_per_process"] for r in rows] == [[2], [1], [1]]
 
 
 @pytest.mark.parametrize(("bucket_bytes", "enqueues"), [("0", 4), ("1048576", 1)])

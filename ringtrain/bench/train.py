@@ -2,8 +2,10 @@
 
 ``python -m ringtrain.bench train`` starts every contender as its own processes, one after
 the other, with the same model, per-rank batch, data and threads (one intra-op thread per
-rank; inter-op threads as ``--inter-op-threads`` says, TensorFlow's default unless given),
-and prints samples/sec, the ratios and ringtrain's hidden-communication fraction:
+rank; inter-op threads as ``--inter-op-threads`` says, TensorFlow's default unless given;
+processes that run at once divide the cores between them, as ringtrain's ranks do unless
+``RINGTRAIN_BIND_CORES`` is off), and prints samples/sec, the ratios and ringtrain's
+hidden-communication fraction:
 
 - ``alone``: one process (the scaling baseline);
 - ``independent``: N processes at once that never communicate (this machine's ceiling);
@@ -36,6 +38,8 @@ import time
 
 import numpy as np
 
+from ringtrain import affinity, settings
+
 _MARK = "RESULT "
 _SITE = "DistributedOptimizer."
 
@@ -67,6 +71,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--timeline", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
 
 
 def _at_least(least):
@@ -109,7 +114,7 @@ def _measure_round(args, model):
     """Run every contender once; return their results."""
     n = args.np
     alone = _launch([_self(args, "alone", model)], args.timeout)[0]
-    independent = _launch([_self(args, "alone", model)] * n, args.timeout)
+    independent = _launch(_shared(args, "alone", model), args.timeout)
     rt_cmd = _self(args, "ringtrain", model)
     ringtrain = _launch([_runner(n, rt_cmd)], args.timeout)[0]
     folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
@@ -118,18 +123,22 @@ def _measure_round(args, model):
         traced = _launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
     finally:
         shutil.rmtree(folder)
-    mwms = _launch(_mwms_commands(args, model), args.timeout, _mwms_env(n))[0]
+    mwms = _launch(_shared(args, "mwms", model), args.timeout, _mwms_env(n))[0]
+    reports = {
+        "one process": [alone],
+        f"{n} independent processes": independent,
+        f"ringtrain -np {n}": [ringtrain],
+        f"ringtrain -np {n}, model.fit": [ringtrain],
+        f"MultiWorkerMirroredStrategy, {n} workers": [mwms],
+    }
+    rates = {name: sum(r["samples_per_sec"] for r in results) for name, results in reports.items()}
+    rates[f"ringtrain -np {n}, model.fit"] = ringtrain["fit_samples_per_sec"]
     return {
-        "rates": {
-            "one process": alone["samples_per_sec"],
-            f"{n} independent processes": sum(r["samples_per_sec"] for r in independent),
-            f"ringtrain -np {n}": ringtrain["samples_per_sec"],
-            f"ringtrain -np {n}, model.fit": ringtrain["fit_samples_per_sec"],
-            f"MultiWorkerMirroredStrategy, {n} workers": mwms["samples_per_sec"],
-        },
+        "rates": rates,
         "hidden": {f"ringtrain -np {n}": traced["hidden_fraction"]},
         # As every reporting process ran with it (0: TensorFlow's default).
         "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)},
+        "cpus": {name: {r["cpus"] for r in results} for name, results in reports.items()},
     }
 
 
@@ -160,6 +169,8 @@ def summarize(model, rounds, batch):
                 "per_round_samples_per_sec": rates,
                 "batch_per_rank": batch,
                 "inter_op_threads": threads,
+                # The CPUs each of its reporting processes could run on, over the rounds.
+                "cpus_per_process": sorted(set().union(*(r["cpus"][name] for r in rounds))),
             }
         )
     return rows
@@ -177,8 +188,10 @@ def _runner(n, command):
     return [sys.executable, "-m", "ringtrain.runner", "-np", str(n), *command]
 
 
-def _mwms_commands(args, model):
-    return [[*_self(args, "mwms", model), "--index", str(i)] for i in range(args.np)]
+def _shared(args, worker, model):
+    """Return the commands of ``args.np`` processes that run at once and share the cores."""
+    command, n = _self(args, worker, model), args.np
+    return [[*command, "--index", str(i), "--processes", str(n)] for i in range(n)]
 
 
 def _mwms_env(n):
@@ -249,6 +262,9 @@ def _work(args) -> int:
     import keras
 
     kind, n = args.worker, args.np
+    if kind != "ringtrain" and settings.read().bind_cores:
+        # As ringtrain's ranks do at init(): processes that run at once share out the cores.
+        affinity.pin_share(args.index, args.processes)
     strategy = tf.distribute.MultiWorkerMirroredStrategy() if kind == "mwms" else None
     reporting = kind == "alone" or (kind == "mwms" and args.index == 0)
     if kind == "ringtrain":
@@ -271,6 +287,7 @@ def _work(args) -> int:
     result = {
         "samples_per_sec": replicas * args.batch / _seconds_per_step(step, args),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "cpus": len(affinity.current() or ()),
     }
     if kind == "ringtrain":
         result.update(_ringtrain_extras(args, build, x, y, n, hvd))

@@ -8,7 +8,8 @@ ABORT_DELAY_SECONDS = 2
 def build_argv(mpirun: str, job: Job) -> list[str]:
     """Return the ``mpirun`` argv that runs ``job`` under Open MPI 5 (PRRTE).
 
-    Ranks are placed by slot and not bound to cores, output lines are tagged with
+    Ranks are placed by slot and not bound to cores (ringtrain's ``init()`` divides each
+    host's cores among its ranks, see ``ringtrain.affinity``), output lines are tagged with
     ``[job,rank]``, root is allowed, aborting ranks wait ``ABORT_DELAY_SECONDS`` so that
     the rank that died first is the one reported, and every ``RINGTRAIN_*`` setting goes
     to every rank with ``-x NAME=VALUE``. A job without hosts runs on this machine and may

@@ -1,0 +1,136 @@
+"""Gives each rank on a host its own share of the cores that the launcher left it.
+
+Ranks started without binding (``mpirun --bind-to none``, ``ringtrain-run``) may each run on
+every core of the host, so their threads (TensorFlow's pools, the engine) migrate between
+cores and preempt each other's. At ``init()`` the ranks of a host that hold the same CPU set
+divide its physical cores among themselves in local-rank order, and each pins its threads to
+its share; threads started later inherit it. A rank that the launcher has bound keeps its own
+set, and so do ranks that share a set of fewer cores than there are of them.
+"""
+
+import os
+
+_TOPOLOGY = "/sys/devices/system/cpu/cpu{}/topology/{}"
+
+
+def _read_topology(cpu, name):
+    try:
+        with open(_TOPOLOGY.format(cpu, name), encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def parse_cpu_list(text) -> set[int]:
+    """Return the CPUs of a Linux CPU list such as ``"0-3,8"`` (empty for None or "")."""
+    cpus = set()
+    for part in (text or "").split(","):
+        if part.strip():
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def physical_cores(cpus, read=_read_topology) -> list[tuple[int, ...]]:
+    """Return the CPUs of ``cpus`` grouped by physical core, ordered by package, then first CPU.
+
+    ``read(cpu, name)`` returns the text of the CPU's sysfs topology file ``name``, or None;
+    a CPU whose topology cannot be read counts as a core of its own.
+    """
+    cpus = set(cpus)
+    cores = {}
+    for cpu in sorted(cpus):
+        siblings = (parse_cpu_list(read(cpu, "thread_siblings_list")) & cpus) | {cpu}
+        package = read(cpu, "physical_package_id")
+        cores[(int(package) if package else 0, min(siblings))] = tuple(sorted(siblings))
+    return [cores[key] for key in sorted(cores)]
+
+
+def divide(cores, count) -> list[list]:
+    """Split ``cores`` into ``count`` runs of consecutive cores, sizes differing by one at most."""
+    base, extra = divmod(len(cores), count)
+    runs, start = [], 0
+    for k in range(count):
+        stop = start + base + (k < extra)
+        runs.append(list(cores[start:stop]))
+        start = stop
+    return runs
+
+
+def shares(masks, read=_read_topology) -> list[frozenset | None]:
+    """Return the CPUs each local rank pins to, from every local rank's CPU set, in rank order.
+
+    Ranks that hold the same set divide its physical cores (``divide``); None for a rank that
+    keeps its set: one alone with it, or one of more ranks than the set has cores.
+    """
+    groups = {}
+    for rank, mask in enumerate(masks):
+        groups.setdefault(frozenset(mask), []).append(rank)
+    result = [None] * len(masks)
+    for mask, ranks in groups.items():
+        cores = physical_cores(mask, read)
+        if len(ranks) < 2 or len(cores) < len(ranks):
+            continue
+        for rank, run in zip(ranks, divide(cores, len(ranks)), strict=True):
+            result[rank] = frozenset(cpu for core in run for cpu in core)
+    return result
+
+
+def current() -> frozenset | None:
+    """Return the CPUs this thread may run on, or None where the OS does not say."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return frozenset(os.sched_getaffinity(0))
+
+
+def pin_process(cpus) -> None:
+    """Pin every thread of this process that may run where this one may to ``cpus``.
+
+    A thread pinned elsewhere (by its owner) keeps its set.
+    """
+    before = current()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            if frozenset(os.sched_getaffinity(int(tid))) == before:
+                os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
+
+
+def bind_ranks(comm, wanted: bool) -> frozenset | None:
+    """Pin this rank to its share of the host's cores if ``wanted``; return the share or None.
+
+    Collective over ``comm`` (every rank takes part, wanted or not). Only the local ranks
+    that want it divide a set; the others keep theirs.
+    """
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        mask = current() if wanted else None
+        masks = local.allgather(mask)
+        rank = local.Get_rank()
+    finally:
+        local.Free()
+    wanting = [i for i, m in enumerate(masks) if m is not None]
+    if rank not in wanting:
+        return None
+    share = shares([masks[i] for i in wanting])[wanting.index(rank)]
+    if share is not None:
+        pin_process(share)
+    return share
+
+
+def pin_share(index: int, count: int) -> frozenset | None:
+    """Pin this process to share ``index`` of ``count`` processes that hold the same CPU set.
+
+    For processes started together without MPI (the benchmark's other contenders); returns
+    the share, or None where the process keeps its set (see ``shares``).
+    """
+    mask = current()
+    if mask is None:
+        return None
+    share = shares([mask] * count)[index]
+    if share is not None:
+        pin_process(share)
+    return share
