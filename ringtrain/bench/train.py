@@ -124,21 +124,20 @@ def _measure_round(args, model):
     finally:
         shutil.rmtree(folder)
     mwms = _launch(_shared(args, "mwms", model), args.timeout, _mwms_env(n))[0]
+    # Each contender: the processes that reported for it, and the figure it takes of them.
     reports = {
-        "one process": [alone],
-        f"{n} independent processes": independent,
-        f"ringtrain -np {n}": [ringtrain],
-        f"ringtrain -np {n}, model.fit": [ringtrain],
-        f"MultiWorkerMirroredStrategy, {n} workers": [mwms],
+        "one process": ([alone], "samples_per_sec"),
+        f"{n} independent processes": (independent, "samples_per_sec"),
+        f"ringtrain -np {n}": ([ringtrain], "samples_per_sec"),
+        f"ringtrain -np {n}, model.fit": ([ringtrain], "fit_samples_per_sec"),
+        f"MultiWorkerMirroredStrategy, {n} workers": ([mwms], "samples_per_sec"),
     }
-    rates = {name: sum(r["samples_per_sec"] for r in results) for name, results in reports.items()}
-    rates[f"ringtrain -np {n}, model.fit"] = ringtrain["fit_samples_per_sec"]
     return {
-        "rates": rates,
+        "rates": {name: sum(r[key] for r in found) for name, (found, key) in reports.items()},
         "hidden": {f"ringtrain -np {n}": traced["hidden_fraction"]},
         # As every reporting process ran with it (0: TensorFlow's default).
         "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)},
-        "cpus": {name: {r["cpus"] for r in results} for name, results in reports.items()},
+        "cpus": {name: {r["cpus"] for r in found} for name, (found, _) in reports.items()},
     }
 
 
