@@ -9,6 +9,7 @@ set, and so do ranks that share a set of fewer cores than there are of them.
 """
 
 import os
+import warnings
 
 _TOPOLOGY = "/sys/devices/system/cpu/cpu{}/topology/{}"
 
@@ -86,7 +87,8 @@ def current() -> frozenset | None:
 def pin_process(cpus) -> None:
     """Pin every thread of this process that may run where this one may to ``cpus``.
 
-    A thread pinned elsewhere (by its owner) keeps its set.
+    A thread pinned elsewhere (by its owner) keeps its set. Where the system refuses, this
+    warns and leaves the threads not yet pinned where they were.
     """
     before = current()
     for tid in os.listdir("/proc/self/task"):
@@ -95,6 +97,13 @@ def pin_process(cpus) -> None:
                 os.sched_setaffinity(int(tid), cpus)
         except ProcessLookupError:
             pass  # the thread ended meanwhile
+        except OSError as err:
+            warnings.warn(
+                f"ringtrain: cannot pin thread {tid} to CPUs {sorted(cpus)}: {err}; the rest of "
+                "this rank's threads stay where they were (RINGTRAIN_BIND_CORES=0 skips this)",
+                stacklevel=2,
+            )
+            return
 
 
 def bind_ranks(comm, wanted: bool) -> frozenset | None:

@@ -1,5 +1,7 @@
 """How a host's cores are divided among its ranks: CPU lists, physical cores, shares."""
 
+import os
+
 import pytest
 
 from ringtrain import affinity
@@ -85,3 +87,14 @@ def test_ranks_that_share_a_set_divide_it_and_only_it():
     read = topology(packages=2, cores_per_package=2, threads_per_core=1)
     first, second = {0, 1}, {2, 3}
     assert affinity.shares([first, second, first, second], read) == [{0}, {2}, {1}, {3}]
+
+
+def test_a_refused_pin_warns_and_leaves_the_threads_where_they_were(monkeypatch):
+    def refuse(tid, cpus):
+        raise PermissionError(1, "Operation not permitted")
+
+    before = affinity.current()
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    with pytest.warns(UserWarning, match=r"cannot pin thread \d+ to CPUs \[0\]: .*not permitted"):
+        affinity.pin_process(frozenset([0]))
+    assert affinity.current() == before
