@@ -124,10 +124,7 @@ def bind_ranks(comm, wanted: bool) -> frozenset | None:
     wanting = [i for i, m in enumerate(masks) if m is not None]
     if rank not in wanting:
         return None
-    share = shares([masks[i] for i in wanting])[wanting.index(rank)]
-    if share is not None:
-        pin_process(share)
-    return share
+    return _pin_share_of([masks[i] for i in wanting], wanting.index(rank))
 
 
 def pin_share(index: int, count: int) -> frozenset | None:
@@ -139,7 +136,12 @@ def pin_share(index: int, count: int) -> frozenset | None:
     mask = current()
     if mask is None:
         return None
-    share = shares([mask] * count)[index]
+    return _pin_share_of([mask] * count, index)
+
+
+def _pin_share_of(masks, index):
+    """Pin this process to its share of ``shares(masks)``, number ``index``; return it."""
+    share = shares(masks)[index]
     if share is not None:
         pin_process(share)
     return share
