@@ -10,6 +10,7 @@ import atexit
 import itertools
 import math
 import pickle
+import threading
 
 import numpy as np
 
@@ -28,6 +29,7 @@ _engine = None  # the Engine between init() and shutdown()
 _topology: Topology | None = None
 _counters: dict[str, itertools.count] = {}
 _atexit_registered = False
+_blocking_call = threading.local()  # .active: a blocking call is submitting (see _blocking)
 
 
 def init(comm=None, **settings) -> None:
@@ -243,7 +245,7 @@ def allreduce_async(
     meta = _allreduce_meta(
         _name("allreduce", name), array, array.shape, op, average, prescale_factor, postscale_factor
     )
-    return engine.submit(meta, array, _check_out(out, array), bool(read_only)).handle
+    return _submit(engine, meta, array, _check_out(out, array), bool(read_only))
 
 
 def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=None):
@@ -274,10 +276,16 @@ def allreduce(
     read_only=False,
 ):
     """Reduce ``tensor`` over all ranks and return the result (see ``allreduce_async``)."""
-    return synchronize(
-        allreduce_async(
-            tensor, average, name, op, prescale_factor, postscale_factor, out, read_only
-        )
+    return _blocking(
+        allreduce_async,
+        tensor,
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        out,
+        read_only,
     )
 
 
@@ -314,15 +322,15 @@ def grouped_allreduce_async(
         postscale_factor,
         group=shapes,
     )
-    return engine.submit(meta, arrays).handle
+    return _submit(engine, meta, arrays)
 
 
 def grouped_allreduce(
     tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
 ) -> list:
     """Reduce ``tensors`` as one group and return the results in order."""
-    return synchronize(
-        grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor)
+    return _blocking(
+        grouped_allreduce_async, tensors, average, name, op, prescale_factor, postscale_factor
     )
 
 
@@ -338,12 +346,12 @@ def allgather_async(tensor, name=None) -> Handle:
         dtype=name_of(array.dtype),
         shape=array.shape,
     )
-    return engine.submit(meta, array).handle
+    return _submit(engine, meta, array)
 
 
 def allgather(tensor, name=None):
     """Return every rank's ``tensor`` concatenated along dimension 0, in rank order."""
-    return synchronize(allgather_async(tensor, name))
+    return _blocking(allgather_async, tensor, name)
 
 
 def broadcast_async(tensor, root_rank, name=None) -> Handle:
@@ -358,12 +366,12 @@ def broadcast_async(tensor, root_rank, name=None) -> Handle:
         shape=array.shape,
         root=root,
     )
-    return engine.submit(meta, array).handle
+    return _submit(engine, meta, array)
 
 
 def broadcast(tensor, root_rank, name=None):
     """Return ``root_rank``'s ``tensor`` on every rank (a new array)."""
-    return synchronize(broadcast_async(tensor, root_rank, name))
+    return _blocking(broadcast_async, tensor, root_rank, name)
 
 
 def _root(root_rank) -> int:
@@ -401,12 +409,12 @@ def alltoall_async(tensor, splits=None, name=None) -> Handle:
         shape=array.shape,
         splits=splits,
     )
-    return engine.submit(meta, array).handle
+    return _submit(engine, meta, array)
 
 
 def alltoall(tensor, splits=None, name=None):
     """Return the rows every rank sent to this one, concatenated in rank order."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    return _blocking(alltoall_async, tensor, splits, name)
 
 
 def reducescatter_async(
@@ -430,12 +438,12 @@ def reducescatter_async(
         prescale=_scale(prescale_factor, "prescale_factor", array.dtype),
         postscale=_scale(postscale_factor, "postscale_factor", array.dtype),
     )
-    return engine.submit(meta, array).handle
+    return _submit(engine, meta, array)
 
 
 def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
     """Return this rank's share of ``tensor`` reduced over all ranks."""
-    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor))
+    return _blocking(reducescatter_async, tensor, op, name, prescale_factor, postscale_factor)
 
 
 def broadcast_object(obj, root_rank=0, name=None):
@@ -465,12 +473,33 @@ def join() -> int:
     """
     engine = _the_engine()
     meta = messages.Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
-    return synchronize(engine.submit(meta, None).handle)
+    return _blocking(_submit, engine, meta, None)
 
 
 def synchronize(handle: Handle):
     """Wait for ``handle`` and return its result, or raise its error."""
     return handle.wait()
+
+
+def _submit(engine, meta, array, out=None, read_only=False) -> Handle:
+    """Queue one collective with ``engine``; return its handle."""
+    wake = not getattr(_blocking_call, "active", False)
+    return engine.submit(meta, array, out, read_only, wake).handle
+
+
+def _blocking(start, *args):
+    """Call ``start(*args)``, which submits one collective, and wait for its handle.
+
+    The engine thread is not woken for the submission: the waiting caller takes the engine's
+    turns itself (``Engine.wait``), which saves a hand-off between threads each way.
+    """
+    engine = _the_engine()
+    _blocking_call.active = True
+    try:
+        handle = start(*args)
+    finally:
+        _blocking_call.active = False
+    return engine.wait(handle)
 
 
 def poll(handle: Handle) -> bool:

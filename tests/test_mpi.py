@@ -173,3 +173,22 @@ def test_a_rank_that_raises_stops_the_others_instead_of_hanging(np):
             f"rank {r}: EngineStoppedError: the ringtrain engine has stopped: rank {np - 1} "
             "shut ringtrain down" in result.stdout
         ), result.stdout
+
+
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_blocking_calls_run_the_engine_in_the_caller_and_hand_it_back(np):
+    result = check("check_drive.py", np, timeout=120)
+    assert result.stdout.count(": OK") == np
+
+
+@pytest.mark.parametrize("mode", ["caller", "engine"])
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_a_failure_while_running_a_response_ends_the_job(np, mode):
+    result = run("check_engine_failure.py", np, mode, timeout=60)
+    assert result.returncode != 0
+    assert f"RuntimeError: rank {np - 1} fails on purpose" in result.stderr, result.stderr
+    assert "returned from a call" not in result.stdout
+    where = "thread 'MainThread', which waits for its call" if mode == "caller" else "its own"
+    if mode == "engine" or np <= 2:  # beyond one rank per core the caller may give up first
+        assert f"rank {np - 1}: the engine failed in {where}" in result.stderr, result.stderr
+    assert "aborting the job so no rank hangs in a collective" in result.stderr
