@@ -192,3 +192,13 @@ def test_a_failure_while_running_a_response_ends_the_job(np, mode):
     if mode == "engine" or np <= 2:  # beyond one rank per core the caller may give up first
         assert f"rank {np - 1}: the engine failed in {where}" in result.stderr, result.stderr
     assert "aborting the job so no rank hangs in a collective" in result.stderr
+
+
+@pytest.mark.parametrize("np", [1, 2])
+def test_ctrl_c_in_blocking_calls_ends_the_job(np):
+    result = run("check_interrupt.py", np, timeout=60)
+    assert result.returncode != 0
+    inside = "the engine was interrupted in thread 'MainThread', which waits for its call"
+    assert inside in result.stderr or "interrupted between turns" in result.stdout, (
+        result.stdout + result.stderr
+    )

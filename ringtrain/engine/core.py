@@ -186,8 +186,9 @@ class Engine:
 
     def _abort(self, err, where):
         """Fail every pending handle and end the job: a rank lost mid-collective hangs the rest."""
+        what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
         sys.stderr.write(
-            f"ringtrain: rank {self.rank}: the engine failed in {where}; aborting the job so "
+            f"ringtrain: rank {self.rank}: the engine {what} in {where}; aborting the job so "
             f"no rank hangs in a collective:\n{traceback.format_exc()}"
         )
         sys.stderr.flush()
