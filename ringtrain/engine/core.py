@@ -149,8 +149,12 @@ class Engine:
         until its handle completes. That saves a blocking call the hand-offs between threads,
         to the engine thread and back (about 15 us of a 60 us round trip). After a while
         without progress it leaves the turns to the engine thread again and blocks.
+
+        A single rank leaves its turns to the engine thread: there, a Ctrl-C in the caller
+        stays a ``KeyboardInterrupt`` that the engine survives, rather than ending the job
+        (an interrupt inside a caller's turn must, since it can leave a collective halfway).
         """
-        if not handle.done() and self._turn.acquire(blocking=False):
+        if self.size > 1 and not handle.done() and self._turn.acquire(blocking=False):
             try:
                 self._drive(handle)
             finally:
