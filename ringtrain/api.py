@@ -491,7 +491,8 @@ def _blocking(start, *args):
     """Call ``start(*args)``, which submits one collective, and wait for its handle.
 
     The engine thread is not woken for the submission: the waiting caller takes the engine's
-    turns itself (``Engine.wait``), which saves a hand-off between threads each way.
+    turns itself, which saves a hand-off between threads each way, or wakes the thread where
+    it cannot (``Engine.wait``).
     """
     engine = _the_engine()
     _blocking_call.active = True

@@ -6,8 +6,9 @@ ranks and sends every rank the same ordered list of responses, which each rank t
 a second private communicator. The thread sleeps between checks, but a local submission wakes
 it at once, so latency is not rounded up to the cycle time.
 
-The engine works in turns, and one thread at a time takes them: a caller that waits for its
-handle takes them itself while the engine thread is between turns (see ``Engine.wait``).
+The engine works in turns, and one thread at a time takes them: in a job of two ranks or
+more, a blocking call's caller takes them itself while the engine thread is between turns
+(see ``Engine.wait``).
 """
 
 import os
