@@ -4,12 +4,14 @@ Ranks started without binding (``mpirun --bind-to none``, ``ringtrain-run``) may
 every core of the host, so their threads (TensorFlow's pools, the engine) migrate between
 cores and preempt each other's. At ``init()`` the ranks of a host that hold the same CPU set
 divide its physical cores among themselves in local-rank order, and each pins its threads to
-its share; threads started later inherit it. A rank that the launcher has bound keeps its own
-set, and so do ranks that share a set of fewer cores than there are of them.
+its share; threads started later inherit it, and ``shutdown()`` gives them their CPUs back. A
+rank that the launcher has bound keeps its own set, and so do ranks that share a set of fewer
+cores than there are of them.
 """
 
 import os
 import warnings
+from typing import NamedTuple
 
 _TOPOLOGY = "/sys/devices/system/cpu/cpu{}/topology/{}"
 
@@ -84,17 +86,22 @@ def current() -> frozenset | None:
     return frozenset(os.sched_getaffinity(0))
 
 
-def pin_process(cpus) -> None:
-    """Pin every thread of this process that may run where this one may to ``cpus``.
+def pin_process(cpus, holding=None, keep=frozenset()) -> frozenset:
+    """Pin every thread of this process that may run on ``holding`` to ``cpus``.
 
-    A thread pinned elsewhere (by its owner) keeps its set. Where the system refuses, this
-    warns and leaves the threads not yet pinned where they were.
+    ``holding`` defaults to where this thread may run. Threads pinned elsewhere (by their
+    owner), and those whose ids are in ``keep``, stay where they are; returns the ids of the
+    threads left alone. Where the system refuses, this warns and leaves the threads not yet
+    pinned where they were.
     """
-    before = current()
-    for tid in os.listdir("/proc/self/task"):
+    before = current() if holding is None else holding
+    left = set()
+    for tid in map(int, os.listdir("/proc/self/task")):
         try:
-            if frozenset(os.sched_getaffinity(int(tid))) == before:
-                os.sched_setaffinity(int(tid), cpus)
+            if tid in keep or frozenset(os.sched_getaffinity(tid)) != before:
+                left.add(tid)
+            else:
+                os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:
             pass  # the thread ended meanwhile
         except OSError as err:
@@ -103,14 +110,23 @@ def pin_process(cpus) -> None:
                 "this rank's threads stay where they were (RINGTRAIN_BIND_CORES=0 skips this)",
                 stacklevel=2,
             )
-            return
+            break
+    return frozenset(left)
 
 
-def bind_ranks(comm, wanted: bool) -> frozenset | None:
-    """Pin this rank to its share of the host's cores if ``wanted``; return the share or None.
+class Binding(NamedTuple):
+    """How ``bind_ranks`` pinned this rank: its share, the set before, the threads it left."""
+
+    share: frozenset
+    before: frozenset
+    left: frozenset
+
+
+def bind_ranks(comm, wanted: bool) -> Binding | None:
+    """Pin this rank to its share of the host's cores if ``wanted``; return how, or None.
 
     Collective over ``comm`` (every rank takes part, wanted or not). Only the local ranks
-    that want it divide a set; the others keep theirs.
+    that want it divide a set; the others keep theirs, and get None.
     """
     from mpi4py import MPI
 
@@ -124,7 +140,17 @@ def bind_ranks(comm, wanted: bool) -> frozenset | None:
     wanting = [i for i, m in enumerate(masks) if m is not None]
     if rank not in wanting:
         return None
-    return _pin_share_of([masks[i] for i in wanting], wanting.index(rank))
+    share, left = _pin_share_of([masks[i] for i in wanting], wanting.index(rank))
+    return None if share is None else Binding(share, mask, left)
+
+
+def unbind(binding: Binding | None) -> None:
+    """Undo ``bind_ranks``: threads on the share get back the set before (None: no-op).
+
+    Threads it left alone, and those that their owners have pinned elsewhere since, stay.
+    """
+    if binding is not None:
+        pin_process(binding.before, holding=binding.share, keep=binding.left)
 
 
 def pin_share(index: int, count: int) -> frozenset | None:
@@ -136,12 +162,15 @@ def pin_share(index: int, count: int) -> frozenset | None:
     mask = current()
     if mask is None:
         return None
-    return _pin_share_of([mask] * count, index)
+    return _pin_share_of([mask] * count, index)[0]
 
 
 def _pin_share_of(masks, index):
-    """Pin this process to its share of ``shares(masks)``, number ``index``; return it."""
+    """Pin this process to its share of ``shares(masks)``, number ``index``.
+
+    Returns the share (None: none) and the ids of the threads that ``pin_process`` left.
+    """
     share = shares(masks)[index]
-    if share is not None:
-        pin_process(share)
-    return share
+    if share is None:
+        return None, frozenset()
+    return share, pin_process(share)

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from ringtrain import affinity
 from ringtrain import settings as settings_module
 from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
 from ringtrain.engine import messages
@@ -26,6 +27,7 @@ from ringtrain.topology import Topology
 
 _SUPPORTED = frozenset(SUPPORTED)
 _engine = None  # the Engine between init() and shutdown()
+_binding = None  # how init() pinned this rank's threads, for shutdown() to undo
 _topology: Topology | None = None
 _counters: dict[str, itertools.count] = {}
 _atexit_registered = False
@@ -38,7 +40,7 @@ def init(comm=None, **settings) -> None:
     None means ``MPI.COMM_WORLD``. Keyword arguments override ``RINGTRAIN_*`` settings (see
     ``ringtrain.settings.Settings``). Collective over ``comm``; a second call is a no-op.
     """
-    global _engine, _topology, _atexit_registered
+    global _engine, _topology, _binding, _atexit_registered
     if _engine is not None:
         return
     config = settings_module.read(**settings)
@@ -46,7 +48,6 @@ def init(comm=None, **settings) -> None:
     # process or a script that sets mpi4py.rc first must not have done for it.
     from mpi4py import MPI
 
-    from ringtrain.affinity import bind_ranks
     from ringtrain.engine.core import Engine
     from ringtrain.topology import discover
 
@@ -59,7 +60,7 @@ def init(comm=None, **settings) -> None:
     comm = _resolve_comm(comm, MPI)
     _topology = discover(comm)
     # Before the engine starts its thread, which then runs where the rank's other threads do.
-    bind_ranks(comm, config.bind_cores)
+    _binding = affinity.bind_ranks(comm, config.bind_cores)
     _engine = Engine(comm, config, _topology)
     _counters.clear()
     if not _atexit_registered:
@@ -92,11 +93,17 @@ def _resolve_comm(comm, MPI):
 
 
 def shutdown() -> None:
-    """Stop ringtrain on every rank (pending handles fail) and free its communicators."""
-    global _engine, _topology
+    """Stop ringtrain on every rank (pending handles fail), free its communicators, unpin.
+
+    Threads that ``init()`` pinned to this rank's share of the cores get back the CPUs they
+    had before it.
+    """
+    global _engine, _topology, _binding
     if _engine is not None:
         engine, _engine, _topology = _engine, None, None
         engine.shutdown()
+    binding, _binding = _binding, None
+    affinity.unbind(binding)
 
 
 def is_initialized() -> bool:

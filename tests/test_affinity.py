@@ -98,3 +98,29 @@ def test_a_refused_pin_warns_and_leaves_the_threads_where_they_were(monkeypatch)
     with pytest.warns(UserWarning, match=r"cannot pin thread \d+ to CPUs \[0\]: .*not permitted"):
         affinity.pin_process(frozenset([0]))
     assert affinity.current() == before
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin to one")
+def test_unbind_gives_back_the_cpus_of_threads_on_the_share_and_only_those():
+    import threading
+
+    start = affinity.current()
+    share = frozenset([min(start)])
+    stop = threading.Event()
+    owner_pinned = threading.Thread(target=stop.wait)
+    owner_pinned.start()
+    os.sched_setaffinity(owner_pinned.native_id, share)  # by its owner, before the binding
+    try:
+        binding = affinity.Binding(share, start, affinity.pin_process(share))
+        assert affinity.current() == share
+        late = threading.Thread(target=stop.wait)  # inherits the share
+        late.start()
+        affinity.unbind(binding)
+        masks = [frozenset(os.sched_getaffinity(t.native_id)) for t in (owner_pinned, late)]
+        assert [affinity.current(), *masks] == [start, share, start]
+        affinity.unbind(None)  # a rank that was never pinned: nothing to do
+        assert affinity.current() == start
+    finally:
+        stop.set()
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), start)

@@ -1,5 +1,6 @@
-"""init() divides the host's cores among ranks started unbound, and leaves bound ranks alone.
+"""init() divides the host's cores among ranks started unbound, shutdown() gives them back.
 
+Bound ranks are left alone by both.
 Run under ``mpirun --bind-to none``, so every rank starts with the same CPU set. The physical
 cores are read from sysfs here, independently of ringtrain.affinity.
 """
@@ -93,11 +94,15 @@ def body():
         assert mine == start, f"{local_size} ranks on {sorted(start)} moved to {sorted(mine)}"
     assert masks_of_threads(early, engine_thread()) == [mine, mine]
     assert masks_of_threads(pinned) == [one], "a thread pinned by its owner was moved"
+    late = threading.Thread(target=stop.wait)  # as TensorFlow starts its pools after init
+    late.start()
     check_an_allreduce("on")
     ringtrain.shutdown()
+    # shutdown() gives every thread the CPUs it had (or would have had) before init.
+    now = [frozenset(os.sched_getaffinity(0)), *masks_of_threads(early, late, pinned)]
+    assert now == [start, start, start, one], f"after shutdown: {now}; expected {start}, {one}"
 
     # Bound before init (as a launcher binds): each rank keeps its own CPU.
-    reset(start)
     cpus = sorted(start)
     own = frozenset([cpus[world.Get_rank() % len(cpus)]])
     reset(own)
@@ -106,6 +111,8 @@ def body():
     assert mine == own, f"a rank bound to {sorted(own)} moved to {sorted(mine)}"
     check_an_allreduce("bound")
     ringtrain.shutdown()
+    mine = frozenset(os.sched_getaffinity(0))
+    assert mine == own, f"shutdown moved a rank bound to {sorted(own)} to {sorted(mine)}"
     reset(start)
     stop.set()
 
