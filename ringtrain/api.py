@@ -21,7 +21,7 @@ from ringtrain.engine import messages
 from ringtrain.engine.handle import Handle
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.kernels import is_device_array
-from ringtrain.ops import Average, ReduceOp, as_reduce_op
+from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
 from ringtrain.ring.schedule import segment_bounds
 from ringtrain.topology import Topology
 
@@ -158,6 +158,11 @@ def cross_rank() -> int:
     return _topo().cross_rank
 
 
+def is_homogeneous() -> bool:
+    """Return True if every host runs the same number of ranks."""
+    return _topo().homogeneous
+
+
 # -- inputs ---------------------------------------------------------------------------
 
 
@@ -200,16 +205,6 @@ def _scale(value, label, dtype) -> float:
     if value != 1.0 and is_integer(dtype):
         raise ValueError(f"{label} must be 1.0 for integer dtype {dtype}, got {value}")
     return value
-
-
-def _op(op, average):
-    if type(op) is ReduceOp and average is None:
-        return op
-    if average is not None and op is not None:
-        raise ValueError("give op or the older average flag, not both")
-    if average is not None:
-        return ReduceOp.Average if average else ReduceOp.Sum
-    return Average if op is None else as_reduce_op(op)
 
 
 def _check_out(out, array):
@@ -256,7 +251,7 @@ def allreduce_async(
 
 
 def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=None):
-    op = _op(op, average)
+    op = resolve_op(op, average)
     dtype = np.dtype(array.dtype)
     if op == ReduceOp.Average and is_integer(dtype) and is_device_array(array):
         raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
@@ -481,6 +476,15 @@ def join() -> int:
     engine = _the_engine()
     meta = messages.Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
     return _blocking(_submit, engine, meta, None)
+
+
+def barrier() -> None:
+    """Return once every rank has called ``barrier()``; ranks that have joined count as there.
+
+    It goes through the engine like any collective, so every rank must call it in the same
+    order relative to its other unnamed calls.
+    """
+    allreduce(np.zeros(0, np.uint8), op=ReduceOp.Sum, name=_name("barrier", None))
 
 
 def synchronize(handle: Handle):

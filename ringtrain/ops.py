@@ -27,3 +27,20 @@ def as_reduce_op(op) -> ReduceOp:
     except ValueError:
         names = ", ".join(o.name for o in ReduceOp)
         raise ValueError(f"unknown reduction op {op!r}; expected one of {names}") from None
+
+
+def resolve_op(op, average=None) -> ReduceOp:
+    """Return the op a call asks for: ``op``, or Horovod's older ``average`` flag (default Average).
+
+    ``average=True`` means Average and ``False`` Sum; giving both ``op`` and ``average`` is an
+    error.
+    """
+    if type(op) is ReduceOp and average is None:
+        return op
+    if average is not None and op is not None:
+        raise ValueError(
+            f"give op or the older average flag, not both (got op={op!r}, average={average!r})"
+        )
+    if average is not None:
+        return ReduceOp.Average if average else ReduceOp.Sum
+    return ReduceOp.Average if op is None else as_reduce_op(op)

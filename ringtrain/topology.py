@@ -13,6 +13,7 @@ class Topology:
     local_size: int
     cross_rank: int
     cross_size: int
+    homogeneous: bool  # every host runs as many ranks as this one
 
 
 def discover(comm) -> Topology:
@@ -22,6 +23,7 @@ def discover(comm) -> Topology:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     cross = comm.Split(color=local.Get_rank(), key=comm.Get_rank())
     try:
+        local_sizes = comm.allgather(local.Get_size())
         return Topology(
             comm.Get_rank(),
             comm.Get_size(),
@@ -29,6 +31,7 @@ def discover(comm) -> Topology:
             local.Get_size(),
             cross.Get_rank(),
             cross.Get_size(),
+            len(set(local_sizes)) == 1,
         )
     finally:
         local.Free()

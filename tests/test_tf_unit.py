@@ -94,10 +94,13 @@ def test_every_keras_optimizer_wraps_and_round_trips(base):
             original = base()
         except TypeError:
             pytest.skip(f"{base.__name__} needs constructor arguments")
-    wrapped = distributed.DistributedOptimizer(original, backward_passes_per_step=3, op=Sum)
+    wrapped = distributed.DistributedOptimizer(
+        original, backward_passes_per_step=3, op=Sum, average_aggregated_gradients=True
+    )
     assert isinstance(wrapped, base) and distributed.is_distributed(wrapped)
     config = wrapped.get_config()
     assert config["ringtrain"]["backward_passes_per_step"] == 3
+    assert config["ringtrain"]["average_aggregated_gradients"] is True
     assert config["ringtrain"]["op"] == "Sum"
     again = type(wrapped).from_config(copy.deepcopy(config))  # LossScaleOptimizer pops keys
     assert again.get_config() == config
@@ -115,6 +118,8 @@ def test_distributed_optimizer_rejects_bad_input():
         distributed.DistributedOptimizer(wrapped)
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         distributed.DistributedOptimizer(keras.optimizers.Adam(), backward_passes_per_step=0)
+    with pytest.raises(ValueError, match="average_aggregated_gradients must be True or False"):
+        distributed.DistributedOptimizer(keras.optimizers.Adam(), average_aggregated_gradients=2)
 
 
 def test_hidden_fraction_counts_communication_after_the_last_enqueue(tmp_path):

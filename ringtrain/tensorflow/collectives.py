@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ringtrain import api
-from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op
+from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
 from ringtrain.tensorflow import bridge, compat, exchange
 from ringtrain.tensorflow.compression import Compression
 
@@ -43,13 +43,15 @@ def allreduce(
     prescale_factor=1.0,
     postscale_factor=1.0,
     name=None,
+    average=None,
 ):
     """Return ``tensor`` reduced over all ranks (default op Average); same shape and dtype.
 
     A ``tf.IndexedSlices`` is allgathered (values and indices) instead, for op Sum or
     Average. Unnamed calls are matched across ranks by order, as in ``ringtrain.allreduce``.
+    ``average`` is Horovod's older flag for op (True: Average, False: Sum).
     """
-    op = Average if op is None else as_reduce_op(op)
+    op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         site = name or compat.site_name("allreduce.sparse")
         return exchange.allreduce_gradients(
@@ -93,7 +95,7 @@ def grouped_allreduce(
     name=None,
 ):
     """Return ``tensors`` reduced over all ranks as one group (fused together), in order."""
-    op = Average if op is None else as_reduce_op(op)
+    op = resolve_op(op)
     if not tensors:
         return []
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]

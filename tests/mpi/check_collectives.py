@@ -1,4 +1,9 @@
-"""Allgather, broadcast, alltoall, reducescatter and the object collectives against NumPy."""
+"""Allgather, broadcast, alltoall, reducescatter, the object collectives and barrier.
+
+Results are compared against NumPy answers from every rank's data.
+"""
+
+import time
 
 import ml_dtypes
 import numpy as np
@@ -74,6 +79,29 @@ def body():
     assert ringtrain.allgather_object(("rank", r, "x" * r)) == [
         ("rank", i, "x" * i) for i in range(n)
     ]
+
+    # A barrier holds every rank until the last arrives: rank i arrives 0.15 * i s late.
+    ringtrain.allreduce(np.zeros(1), name="before.barrier")
+    started = time.monotonic()
+    time.sleep(0.15 * r)
+    ringtrain.barrier()
+    waited = time.monotonic() - started
+    assert waited >= 0.15 * (n - 1) - 0.05, f"rank {r} left the barrier after {waited:.3f} s"
+
+    # Horovod's build and topology checks.
+    assert ringtrain.is_homogeneous(), "one host, so every host runs as many ranks"
+    assert ringtrain.mpi_built() and ringtrain.mpi_enabled() and ringtrain.mpi_threads_supported()
+    assert not any(
+        f()
+        for f in (
+            ringtrain.gloo_built,
+            ringtrain.gloo_enabled,
+            ringtrain.nccl_built,
+            ringtrain.ddl_built,
+            ringtrain.ccl_built,
+            ringtrain.rocm_built,
+        )
+    )
     ringtrain.shutdown()
 
 

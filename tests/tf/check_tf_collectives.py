@@ -52,6 +52,32 @@ def check_allreduce():
         assert np.allclose(got.numpy(), want.astype(np.float32), 2e-3, 2e-3), "fp16 compression"
 
 
+def check_horovod_keras_values():
+    # Horovod's Keras-level collectives take any value and give NumPy values back.
+    import ringtrain.tensorflow.keras as hk
+
+    r, n = hvd.rank(), hvd.size()
+    data = everyone((2 * n + 1, 3), np.float32, salt=11)
+    got = hk.allreduce(data[r], name="k.avg")
+    assert isinstance(got, np.ndarray)
+    assert_equal(got, expected(hvd.Average, data, np.float32), "keras allreduce")
+    got = hk.allreduce(data[r].tolist(), average=False, name="k.sum")
+    assert_equal(got, expected(hvd.Sum, data, np.float32), "keras allreduce average=False")
+    got = hvd.allreduce(tf.constant(data[r]), average=False, name="t.sum")
+    assert_equal(got.numpy(), expected(hvd.Sum, data, np.float32), "allreduce average=False")
+    rows = everyone((0, 2), np.int64, salt=12, rows=lambda i: i + 1)
+    assert_equal(hk.allgather(rows[r], name="k.ag"), np.concatenate(rows), "keras allgather")
+    epoch = hk.broadcast(10 + r, n - 1, name="resume_from_epoch")  # Horovod's resume idiom
+    assert int(epoch) == 10 + n - 1, epoch
+    full = expected(hvd.Max, data, np.float32)
+    base, extra = divmod(2 * n + 1, n)
+    start = r * base + min(r, extra)
+    got = hk.reducescatter(data[r], name="k.rs", op=hvd.Max)
+    assert_equal(got, full[start : start + base + (1 if r < extra else 0)], "keras reducescatter")
+    assert (hk.cross_rank(), hk.cross_size()) == (0, 1) and hk.is_homogeneous()
+    assert hk.mpi_built() and not hk.nccl_built()
+
+
 def check_grouped_allreduce():
     r = hvd.rank()
     for mode, fn in modes(lambda xs: hvd.grouped_allreduce(xs, op=hvd.Sum)).items():
@@ -341,6 +367,7 @@ def body():
     for check in (
         check_allreduce,
         check_grouped_allreduce,
+        check_horovod_keras_values,
         check_allgather_broadcast_alltoall_reducescatter,
         check_gradients,
         check_gradients_go_in_buckets,

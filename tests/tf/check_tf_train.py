@@ -52,9 +52,17 @@ def check_equivalence():
         same_bits_everywhere(flat(model.get_weights()), what)
         start = mlp(1).get_weights()
         assert not np.allclose(flat(start), flat(alone.get_weights())), f"{what}: did not train"
-    model, alone = fit_both(lambda: keras.optimizers.Adam(0.01), passes=2)
+    # Horovod's local aggregation: the mean of the passes with average_aggregated_gradients,
+    # as one pass over all their rows does; by default their sum, which for plain SGD is
+    # that one pass at twice the learning rate.
+    model, alone = fit_both(
+        lambda: keras.optimizers.Adam(0.01), passes=2, average_aggregated_gradients=True
+    )
     assert_weights_close(model.get_weights(), alone.get_weights(), "backward_passes_per_step=2")
     assert int(model.optimizer.iterations) == int(alone.optimizer.iterations) == STEPS
+    rates = iter([0.05, 0.1])  # fit_both makes the distributed optimizer first
+    model, alone = fit_both(lambda: keras.optimizers.SGD(next(rates)), passes=2)
+    assert_weights_close(model.get_weights(), alone.get_weights(), "summed passes")
     # Several steps per train function call (the exchange runs in a while loop), and eagerly.
     for compile_args in ({"steps_per_execution": 3}, {"run_eagerly": True}):
         model, alone = fit_both(lambda: keras.optimizers.SGD(0.1), compile_args=compile_args)

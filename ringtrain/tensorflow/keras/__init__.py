@@ -5,7 +5,10 @@ import keras
 from ringtrain.api import (
     allgather_object,
     broadcast_object,
+    cross_rank,
+    cross_size,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -13,11 +16,24 @@ from ringtrain.api import (
     shutdown,
     size,
 )
+from ringtrain.capabilities import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+)
 from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.tensorflow.collectives import broadcast_variables
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.keras import callbacks
 from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer, register
+from ringtrain.tensorflow.keras.values import allgather, allreduce, broadcast, reducescatter
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True, **kwargs):  # noqa: A002
@@ -41,16 +57,33 @@ __all__ = [
     "Product",
     "ReduceOp",
     "Sum",
+    "allgather",
     "allgather_object",
+    "allreduce",
+    "broadcast",
     "broadcast_object",
     "broadcast_variables",
     "callbacks",
+    "ccl_built",
+    "cross_rank",
+    "cross_size",
+    "cuda_built",
+    "ddl_built",
+    "gloo_built",
+    "gloo_enabled",
     "init",
+    "is_homogeneous",
     "is_initialized",
     "load_model",
     "local_rank",
     "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "nccl_built",
     "rank",
+    "reducescatter",
+    "rocm_built",
     "shutdown",
     "size",
 ]

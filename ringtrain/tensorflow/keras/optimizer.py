@@ -29,6 +29,9 @@ class _Distributed:
         passes = settings.pop("backward_passes_per_step", 1)
         if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
             raise ValueError(f"backward_passes_per_step must be an int >= 1, got {passes!r}")
+        average = settings.pop("average_aggregated_gradients", False)
+        if not isinstance(average, bool):
+            raise ValueError(f"average_aggregated_gradients must be True or False, got {average!r}")
         compression = settings.pop("compression", Compression.none)
         if isinstance(compression, str):
             compression = by_name(compression)
@@ -37,6 +40,7 @@ class _Distributed:
             op = ReduceOp[op]
         self._rt_reduction = GradientReduction(op=op, compression=compression, **settings)
         self._rt_passes = passes
+        self._rt_average_passes = average
 
     def build(self, variables):
         """Create the optimizer's variables, and the local accumulators if passes > 1.
@@ -64,7 +68,8 @@ class _Distributed:
         """Reduce ``grads`` over all ranks, then apply them as the wrapped class does.
 
         With ``backward_passes_per_step`` k > 1, gradients are summed locally and only
-        every k-th call exchanges (and applies) their mean.
+        every k-th call exchanges (and applies) their sum, or their mean with
+        ``average_aggregated_gradients``.
         """
         grads = list(grads)
         if trainable_variables is not None:
@@ -88,12 +93,12 @@ class _Distributed:
         count = self._rt_count.assign_add(1)
 
         def exchange_and_apply():
-            passes = self._rt_passes
-            means = [
-                None if g is None else tf.convert_to_tensor(a) / passes
+            divisor = self._rt_passes if self._rt_average_passes else 1
+            aggregated = [
+                None if g is None else tf.convert_to_tensor(a) / divisor
                 for a, g in zip(self._rt_accumulators, grads, strict=True)
             ]
-            reduced = self._rt_reduction(means, named, _SITE)
+            reduced = self._rt_reduction(aggregated, named, _SITE)
             super(_Distributed, self).apply(reduced, trainable_variables)
             for accumulator in self._rt_accumulators:
                 accumulator.assign(tf.zeros_like(accumulator))
@@ -107,6 +112,7 @@ class _Distributed:
         config[_CONFIG_KEY] = {
             **self._rt_reduction.get_config(),
             "backward_passes_per_step": self._rt_passes,
+            "average_aggregated_gradients": self._rt_average_passes,
         }
         return config
 
@@ -148,12 +154,16 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     gradient_predivide_factor=1.0,
     op=Average,
     backward_passes_per_step=1,
+    average_aggregated_gradients=False,
 ):
     """Return a copy of the Keras ``optimizer`` that applies gradients reduced over all ranks.
 
     The copy is built from ``optimizer.get_config()`` (wrap before training: state is not
     copied); it is an instance of the same class (``isinstance`` holds) and round-trips
-    through ``get_config``/``from_config`` and ``model.save``/``load_model``.
+    through ``get_config``/``from_config`` and ``model.save``/``load_model``. With
+    ``backward_passes_per_step`` k > 1 it applies, every k-th step, the sum of the k local
+    gradients reduced over ranks, or their mean with ``average_aggregated_gradients``, as
+    Horovod does.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"expected a Keras 3 optimizer instance, got {type(optimizer).__name__}")
@@ -168,6 +178,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
         "sparse_as_dense": sparse_as_dense,
         "gradient_predivide_factor": gradient_predivide_factor,
         "backward_passes_per_step": backward_passes_per_step,
+        "average_aggregated_gradients": average_aggregated_gradients,
     }
     return _distributed_class(type(optimizer)).from_config(config)
 
