@@ -333,7 +333,7 @@ def test_kernels_release_the_gil():
 def test_a_function_numba_cannot_cache_still_compiles():
     namespace = {}
     exec(compile("def plus_one(x):\n    return x + 1\n", "<no file>", "exec"), namespace)
-    assert cpu._njit(namespace["plus_one"])(1) == 2
+    assert cpu.njit(namespace["plus_one"])(1) == 2
 
 
 @pytest.mark.parametrize("shape", [0, 1, 7, (3, 5), (1025, 3), (2, 0)])

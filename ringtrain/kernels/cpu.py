@@ -23,7 +23,7 @@ _PRODUCT = int(ReduceOp.Product)
 _TWO_POW_M24 = np.float32(2.0**-24)  # the least float16 subnormal
 
 
-def _njit(fn):
+def njit(fn):
     """Compile ``fn`` for the CPU without the GIL, cached on disk when a cache dir is writable."""
     try:
         return numba.njit(nogil=True, cache=True)(fn)
@@ -35,7 +35,7 @@ def _njit(fn):
 # too, where the values are NumPy scalars: intermediates stay non-negative and within uint32.
 
 
-@_njit
+@njit
 def _f16_to_f32(h):
     """Return the float32 equal to the float16 with bits ``h`` (NaN payloads kept, as NumPy)."""
     bits = np.uint32(h)
@@ -50,7 +50,7 @@ def _f16_to_f32(h):
     return -magnitude if sign else magnitude
 
 
-@_njit
+@njit
 def _f32_to_f16(x):
     """Return the bits of float32 ``x`` rounded to float16, ties to even, NaN kept as NumPy does."""
     bits = np.float32(x).view(np.uint32)
@@ -77,13 +77,13 @@ def _f32_to_f16(x):
     return np.uint16(sign | rounded)
 
 
-@_njit
+@njit
 def _bf16_to_f32(h):
     """Return the float32 equal to the bfloat16 with bits ``h``."""
     return np.uint32(np.uint32(h) << 16).view(np.float32)
 
 
-@_njit
+@njit
 def _f32_to_bf16(x):
     """Return the bits of float32 ``x`` rounded to bfloat16, ties to even, NaN as ml_dtypes."""
     bits = np.float32(x).view(np.uint32)
@@ -92,7 +92,7 @@ def _f32_to_bf16(x):
     return np.uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
 
 
-@_njit
+@njit
 def _combine(op, x, y):
     """Return ``op(x, y)``; Min and Max propagate NaN like ``np.minimum`` and ``np.maximum``."""
     if op == _SUM:
@@ -104,7 +104,7 @@ def _combine(op, x, y):
     return x * y
 
 
-@_njit
+@njit
 def _scaled(value, scale):
     """Return ``value * scale``, or ``value`` itself when ``scale`` is None or 1 (NaNs kept)."""
     if scale is None:  # pruned at compile time: the CPU kernels' unscaled specialization
@@ -112,7 +112,7 @@ def _scaled(value, scale):
     return value if scale == 1 else value * scale
 
 
-@_njit
+@njit
 def _segment(buffer, offset, size):
     """Return ``buffer[offset:offset + size]``, raising ValueError when it does not fit."""
     if offset < 0 or offset + size > buffer.size:
@@ -120,7 +120,7 @@ def _segment(buffer, offset, size):
     return buffer[offset : offset + size]
 
 
-@_njit
+@njit
 def _pack_copy(sources, count, offsets, start, buffer, scale):
     """Pack ``sources[:count]`` at ``offsets[start:]``, same dtype, times ``scale``."""
     for k in range(count):
@@ -130,7 +130,7 @@ def _pack_copy(sources, count, offsets, start, buffer, scale):
             seg[j] = _scaled(src[j], scale)
 
 
-@_njit
+@njit
 def _pack_f16(sources, count, offsets, start, buffer, scale):
     """Pack float16 bits ``sources[:count]`` into a float32 buffer, times ``scale``."""
     for k in range(count):
@@ -140,7 +140,7 @@ def _pack_f16(sources, count, offsets, start, buffer, scale):
             seg[j] = _scaled(_f16_to_f32(src[j]), scale)
 
 
-@_njit
+@njit
 def _pack_bf16(sources, count, offsets, start, buffer, scale):
     """Pack bfloat16 bits ``sources[:count]`` into a float32 buffer, times ``scale``."""
     for k in range(count):
@@ -150,7 +150,7 @@ def _pack_bf16(sources, count, offsets, start, buffer, scale):
             seg[j] = _scaled(_bf16_to_f32(src[j]), scale)
 
 
-@_njit
+@njit
 def _unpack_copy(destinations, count, offsets, start, buffer, scale):
     """Unpack ``destinations[:count]`` from ``offsets[start:]``, same dtype, times ``scale``."""
     for k in range(count):
@@ -160,7 +160,7 @@ def _unpack_copy(destinations, count, offsets, start, buffer, scale):
             dst[j] = _scaled(seg[j], scale)
 
 
-@_njit
+@njit
 def _unpack_f16(destinations, count, offsets, start, buffer, scale):
     """Unpack a float32 buffer, times ``scale``, into float16 bits ``destinations[:count]``."""
     for k in range(count):
@@ -170,7 +170,7 @@ def _unpack_f16(destinations, count, offsets, start, buffer, scale):
             dst[j] = _f32_to_f16(_scaled(seg[j], scale))
 
 
-@_njit
+@njit
 def _unpack_bf16(destinations, count, offsets, start, buffer, scale):
     """Unpack a float32 buffer, times ``scale``, into bfloat16 bits ``destinations[:count]``."""
     for k in range(count):
@@ -180,7 +180,7 @@ def _unpack_bf16(destinations, count, offsets, start, buffer, scale):
             dst[j] = _f32_to_bf16(_scaled(seg[j], scale))
 
 
-@_njit
+@njit
 def _reduce(dst, a, b, op, scale):
     """Set ``dst[i] = op(a[i], b[i]) * scale``, with one loop per op so that each vectorizes."""
     if op == _SUM:
@@ -193,7 +193,7 @@ def _reduce(dst, a, b, op, scale):
         _reduce_with(dst, a, b, _PRODUCT, scale)
 
 
-@_njit
+@njit
 def _reduce_with(dst, a, b, op, scale):
     """Run the loop of ``_reduce`` for a constant ``op``, reading ``dst`` alone when it is ``a``."""
     if dst.ctypes.data == a.ctypes.data:  # one array read and written: no overlap check to fail

@@ -2,22 +2,28 @@
 
 Each rank owns a region of one shared-memory file that every rank of the host maps. Where the
 message ring sends a partial sum to its right neighbour, here a rank leaves it in its own
-region and the neighbour, after a barrier, reads it straight into its reduction: no message
+region and the neighbour reads it from there straight into its reduction: no message
 protocol, no copy into a receive buffer. The reduce-scatter follows the ring's schedule; in the
 allgather every rank then copies each finished segment from the region of the rank that
-finished it, in one step.
+finished it.
 
-Every region is double: consecutive calls alternate halves, so a rank that starts the next
-call cannot overwrite data a slower rank still reads from the last one (to reach a half again
-it must pass a barrier of the call in between, which the slower rank enters only once done).
+No barrier orders the ranks. Each rank works in chunks of ``CHUNK_BYTES`` and publishes,
+after each, how much of the call it has written (``ringtrain.ring.flags``); a rank that
+needs a chunk of another's waits until that rank's count covers it. So a neighbour reduces a
+chunk while it is still in a cache, and the ranks' steps overlap.
+
+Every region is double: consecutive calls alternate halves. A rank starts a call only once
+every rank has finished the call before the last, so it cannot overwrite data that a slower
+rank still reads in the half it reuses.
 
 An allreduce may also leave its result in the file's result area (``ringtrain.ring.results``),
 where every rank writes its finished segment and then reads the whole result in place: no
 allgather copies. It does so when every rank asked for a new, read-only result and holds
-nothing at the call's place; each rank writes its vote beside the regions before the first
-barrier, and after it every rank reads the same votes.
+nothing at the call's place; each rank writes its vote beside the regions before it
+publishes that it has begun the call, and every rank reads the votes once all have begun.
 """
 
+import functools
 import mmap
 import os
 import sys
@@ -29,9 +35,16 @@ from mpi4py import MPI
 
 from ringtrain.buffers import aligned_size
 from ringtrain.ring import schedule
+from ringtrain.ring.flags import flag_words, publish, wait_until
 from ringtrain.ring.results import SharedResults
 
 _DIRECTORY = "/dev/shm"
+# A rank publishes its part of a call in chunks of this many bytes, so its neighbour reads
+# each chunk while it is still in a cache, and the two overlap.
+CHUNK_BYTES = 256 << 10
+# A rank's progress flag holds ((call + 1) << _CALL_SHIFT) + the elements it has published in
+# that call (calls count from 0): it only grows, and no count passes for a later call's.
+_CALL_SHIFT = 40
 
 
 class SharedRegions:
@@ -47,7 +60,8 @@ class SharedRegions:
         self._stride = aligned_size(capacity)  # each region starts aligned
         size = comm.Get_size()
         votes_at = 2 * self._stride * size
-        results_at = votes_at + aligned_size(2 * size)
+        flags_at = votes_at + aligned_size(2 * size)
+        results_at = flags_at + aligned_size(8 * flag_words(2 * size))
         total = results_at + result_bytes
         path, error = None, None
         if comm.Get_rank() == 0:
@@ -83,9 +97,11 @@ class SharedRegions:
         self._bytes = np.frombuffer(self._map, np.uint8) if self._map is not None else None
         self._views = {}  # (rank, half, dtype) -> the whole region as that dtype
         self.votes = None  # [half, rank]: 1 where that rank may take the call's result place
+        self.flags = None  # each rank's progress (flag rank) and finished calls (size + rank)
         self.results = None
         if self._map is not None:
             self.votes = self._bytes[votes_at : votes_at + 2 * size].reshape(2, size)
+            self.flags = self._bytes[flags_at:results_at].view(np.uint64)
             if result_bytes > 0:
                 self.results = SharedResults(memoryview(self._map)[results_at:total])
 
@@ -109,8 +125,13 @@ class SharedRing:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._regions = regions
-        self._half = 0
-        self._steps = schedule.ring_steps(self.rank, self.size, allgather=False)
+        self._flags = regions.flags
+        self._calls = 0
+        # Every rank's outputs in order: the segment it copies in, then those it reduces;
+        # the last is its finished segment, which is its own rank's.
+        self._outputs = [
+            [(q - j - 1) % self.size for j in range(self.size)] for q in range(self.size)
+        ]
 
     def fits(self, count: int, dtype) -> bool:
         """Return True if ``count`` elements of ``dtype`` fit a region."""
@@ -125,15 +146,20 @@ class SharedRing:
         area if every rank passed ``read_only`` and can take it there (see the module
         docstring), else ``new(len(src))``.
         """
-        half, self._half = self._half, 1 - self._half
-        regions = [self._regions.region(r, half, len(src), src.dtype) for r in range(self.size)]
-        mine, left = regions[self.rank], regions[(self.rank - 1) % self.size]
-        steps = self._steps
-        lo, hi = bounds[steps[0].send]
-        mine[lo:hi] = src[lo:hi]
+        call, self._calls = self._calls, self._calls + 1
+        half = call % 2
+        n, rank, flags = self.size, self.rank, self._flags
+        if call >= 2:  # nobody may still read this half of the regions from two calls ago
+            for q in range(n):
+                wait_until(flags, n + q, call - 1)
+        regions = [self._regions.region(q, half, len(src), src.dtype) for q in range(n)]
+        mine, left = regions[rank], regions[(rank - 1) % n]
+        base = (call + 1) << _CALL_SHIFT  # above anything an earlier call published, and 0
+        pieces = _pieces(tuple(bounds), max(1, CHUNK_BYTES // src.itemsize))
         results = self._regions.results
+        voting = allgather and results is not None
         vote = False
-        if allgather and results is not None:
+        if voting:
             place = results.place(src.nbytes)
             vote = (
                 dst is None
@@ -141,31 +167,61 @@ class SharedRing:
                 and place is not None
                 and results.free_here(place, src.nbytes)
             )
-            self._regions.votes[half, self.rank] = vote
-        barrier = self.comm.Barrier
-        barrier()
-        # Every rank reads the same votes; one that voted no knows the outcome already.
-        shared = vote and bool(self._regions.votes[half].all())
+            self._regions.votes[half, rank] = vote
+        publish(flags, rank, base)  # this call has begun, and the vote is in
+        shared = False
+        if vote:  # one that voted no knows the outcome already
+            for q in range(n):
+                wait_until(flags, q, base)
+            shared = bool(self._regions.votes[half].all())
         if shared:
             dst = results.take(place, len(src), src.dtype)
         elif dst is None:
             dst = new(len(src))
-        last = len(steps) - 1
-        for t, step in enumerate(steps):
-            lo, hi = bounds[step.recv]
-            if t < last:
-                backend.reduce(mine[lo:hi], src[lo:hi], left[lo:hi], op)
-                barrier()
-            elif allgather and not shared:
-                backend.reduce(mine[lo:hi], src[lo:hi], left[lo:hi], op, postscale)
-            else:
-                backend.reduce(dst[lo:hi], src[lo:hi], left[lo:hi], op, postscale)
+        published = 0
+        outputs = self._outputs[rank]
+        for c_lo, c_hi in pieces[outputs[0]]:
+            mine[c_lo:c_hi] = src[c_lo:c_hi]
+            published += c_hi - c_lo
+            publish(flags, rank, base + published)
+        # Reduce-scatter: what the left neighbour published as its output t is this rank's
+        # output t + 1, once this rank's own contribution is added.
+        lefts = self._outputs[(rank - 1) % n]
+        left_published = 0
+        last = n - 2
+        for t in range(n - 1):
+            lo, hi = bounds[lefts[t]]
+            for c_lo, c_hi in pieces[lefts[t]]:
+                wait_until(flags, (rank - 1) % n, base + left_published + c_hi - lo)
+                if t < last or (allgather and not shared):
+                    scale = postscale if t == last else 1.0
+                    backend.reduce(mine[c_lo:c_hi], src[c_lo:c_hi], left[c_lo:c_hi], op, scale)
+                    if t == last and allgather:
+                        dst[c_lo:c_hi] = mine[c_lo:c_hi]  # this rank's own, while in cache
+                else:
+                    backend.reduce(dst[c_lo:c_hi], src[c_lo:c_hi], left[c_lo:c_hi], op, postscale)
+                published += c_hi - c_lo
+                publish(flags, rank, base + published)
+            left_published += hi - lo
         reduced = time.perf_counter_ns()
         if allgather:
-            barrier()  # every rank's finished segment is in its region, or in the result
+            # Each rank's finished segment is its last output: read it once it is published.
+            total = len(src)
+            for k in range(1, n):
+                owner = (rank + k) % n
+                lo, hi = bounds[owner]
+                before = total - (hi - lo)
+                for c_lo, c_hi in pieces[owner]:
+                    wait_until(flags, owner, base + before + c_hi - lo)
+                    if not shared:
+                        dst[c_lo:c_hi] = regions[owner][c_lo:c_hi]
             if shared:
                 dst.flags.writeable = False
-            else:
-                for owner, (lo, hi) in enumerate(bounds):
-                    dst[lo:hi] = regions[owner][lo:hi]
+        publish(flags, n + rank, call + 1)
         return dst, reduced
+
+
+@functools.lru_cache(maxsize=256)
+def _pieces(bounds, chunk):
+    """Return each segment of ``bounds`` cut into chunks, kept for the layouts seen lately."""
+    return tuple(schedule.chunks(lo, hi, chunk) for lo, hi in bounds)

@@ -73,6 +73,14 @@ def body():
                 f"reducescatter {op.name} {np.dtype(dtype)}",
             )
 
+    # Rows wide enough that each rank's share is cut into several chunks (shared memory).
+    wide = [rank_data(i, (rows, 100_003), np.float32, 8) for i in range(n)]
+    got = ringtrain.reducescatter(wide[r], op=ringtrain.Sum, name="rs.wide")
+    base, extra = divmod(rows, n)
+    start = r * base + min(r, extra)
+    want = expected(ringtrain.Sum, wide, np.float32)[start : start + base + (1 if r < extra else 0)]
+    assert_equal(got, want, "reducescatter wide")
+
     # Objects.
     obj = ringtrain.broadcast_object({"epoch": 3, "from": r} if r == n - 1 else None, n - 1)
     assert obj == {"epoch": 3, "from": n - 1}, obj

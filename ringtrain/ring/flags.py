@@ -1,0 +1,82 @@
+"""Progress flags in shared memory: publish a count after the data it covers, wait for a peer's.
+
+A rank that writes data for its neighbours into shared memory then stores a count of what
+is ready; a neighbour that reads that count and sees it cover what it needs may read the
+data. The store is a release and the load an acquire, so the data is visible before the
+count on any processor (on x86 both are plain moves, which it keeps in order).
+Counts are unsigned 64-bit words, one per cache line, so ranks never write the same line.
+"""
+
+import os
+import platform
+
+import numba
+import numpy as np
+from numba.extending import intrinsic
+
+from ringtrain.kernels.cpu import njit
+
+STRIDE = 8  # words between two flags: a 64-byte cache line each
+
+
+@intrinsic
+def _fence(typingctx, ordering):
+    """Emit a memory fence of ``ordering`` (a literal string: "acquire" or "release")."""
+    if not isinstance(ordering, numba.types.StringLiteral):
+        return None
+    order = ordering.literal_value
+
+    def codegen(context, builder, signature, args):
+        builder.fence(order)
+        return context.get_dummy_value()
+
+    return numba.types.void(ordering), codegen
+
+
+@njit
+def _publish(flags, index, value):
+    _fence("release")
+    flags[index * STRIDE] = value
+
+
+@njit
+def _observe(flags, index):
+    value = flags[index * STRIDE]
+    _fence("acquire")
+    return value
+
+
+def flag_words(count: int) -> int:
+    """Return how many uint64 words ``count`` flags take."""
+    return count * STRIDE
+
+
+# x86 keeps stores in order, and loads in order: there a plain store and load suffice (each a
+# call that the compiler cannot move other memory accesses across), at a fraction of the cost
+# of a compiled call's dispatch. Other processors get the fences.
+_ORDERED = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
+def publish(flags: np.ndarray, index: int, value: int) -> None:
+    """Store ``value`` as flag ``index``, after every store made before this call."""
+    if _ORDERED:
+        flags[index * STRIDE] = value
+    else:
+        _publish(flags, index, np.uint64(value))
+
+
+def observe(flags: np.ndarray, index: int) -> int:
+    """Return flag ``index``; what its writer stored before publishing is visible after."""
+    if _ORDERED:
+        return int(flags[index * STRIDE])
+    return int(_observe(flags, index))
+
+
+def wait_until(flags: np.ndarray, index: int, target: int) -> None:
+    """Return once flag ``index`` is at least ``target``, yielding the CPU on every look.
+
+    Flags only grow. A peer that never gets there keeps this waiting, as a barrier would: a
+    rank that dies takes the job down with it (``ringtrain-run``, ``mpirun``).
+    """
+    while observe(flags, index) < target:
+        os.sched_yield()  # for ranks that share cores; it costs little where none waits

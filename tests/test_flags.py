@@ -1,0 +1,40 @@
+"""Progress flags: counts land one per cache line, and a wait returns once a count is reached."""
+
+import threading
+
+import numpy as np
+
+from ringtrain.ring import flags
+
+
+def test_each_flag_has_its_own_cache_line():
+    words = np.zeros(flags.flag_words(3), np.uint64)
+    assert words.nbytes == 3 * 64
+    flags.publish(words, 1, 7)
+    assert [flags.observe(words, i) for i in range(3)] == [0, 7, 0]
+    assert np.flatnonzero(words).tolist() == [flags.STRIDE]
+
+
+def test_the_fenced_forms_store_and_load_the_same_words():
+    # Used where the processor may reorder memory accesses; their values must agree here too.
+    words = np.zeros(flags.flag_words(2), np.uint64)
+    flags._publish(words, 1, np.uint64(2**40 + 5))
+    assert int(flags._observe(words, 1)) == 2**40 + 5 == flags.observe(words, 1)
+
+
+def test_wait_until_returns_once_another_thread_publishes_enough():
+    words = np.zeros(flags.flag_words(1), np.uint64)
+    flags.wait_until(words, 0, 0)  # already there
+    done = threading.Event()
+
+    def waiter():
+        flags.wait_until(words, 0, 3)
+        done.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    flags.publish(words, 0, 2)
+    assert not done.wait(0.2), "returned before the count reached its target"
+    flags.publish(words, 0, 3)
+    assert done.wait(10), "did not return once the count reached its target"
+    thread.join()
