@@ -42,9 +42,6 @@ _DIRECTORY = "/dev/shm"
 # A rank publishes its part of a call in chunks of this many bytes, so its neighbour reads
 # each chunk while it is still in a cache, and the two overlap.
 CHUNK_BYTES = 256 << 10
-# A rank's progress flag holds ((call + 1) << _CALL_SHIFT) + the elements it has published in
-# that call (calls count from 0): it only grows, and no count passes for a later call's.
-_CALL_SHIFT = 40
 
 
 class SharedRegions:
@@ -121,12 +118,15 @@ class SharedRing:
     """Ring collectives of one rank through ``regions`` (see the module docstring)."""
 
     def __init__(self, comm: MPI.Comm, regions: SharedRegions):
-        self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._regions = regions
         self._flags = regions.flags
         self._calls = 0
+        # A rank's progress flag holds ((call + 1) << _shift) + the elements it has published
+        # in that call (calls count from 0): it only grows, no count passes for a later call's,
+        # and it overflows only after 2**63 / capacity calls.
+        self._shift = regions.capacity.bit_length()
         # Every rank's outputs in order: the segment it copies in, then those it reduces;
         # the last is its finished segment, which is its own rank's.
         self._outputs = [
@@ -154,7 +154,7 @@ class SharedRing:
                 wait_until(flags, n + q, call - 1)
         regions = [self._regions.region(q, half, len(src), src.dtype) for q in range(n)]
         mine, left = regions[rank], regions[(rank - 1) % n]
-        base = (call + 1) << _CALL_SHIFT  # above anything an earlier call published, and 0
+        base = (call + 1) << self._shift  # above anything an earlier call published, and 0
         pieces = _pieces(tuple(bounds), max(1, CHUNK_BYTES // src.itemsize))
         results = self._regions.results
         voting = allgather and results is not None
@@ -209,12 +209,14 @@ class SharedRing:
             total = len(src)
             for k in range(1, n):
                 owner = (rank + k) % n
+                if shared:  # read in place: wait for the whole of it
+                    wait_until(flags, owner, base + total)
+                    continue
                 lo, hi = bounds[owner]
                 before = total - (hi - lo)
                 for c_lo, c_hi in pieces[owner]:
                     wait_until(flags, owner, base + before + c_hi - lo)
-                    if not shared:
-                        dst[c_lo:c_hi] = regions[owner][c_lo:c_hi]
+                    dst[c_lo:c_hi] = regions[owner][c_lo:c_hi]
             if shared:
                 dst.flags.writeable = False
         publish(flags, n + rank, call + 1)
