@@ -1,5 +1,6 @@
 """ringtrain: Horovod-style data-parallel training on a ring allreduce over mpi4py."""
 
+from ringtrain import capabilities
 from ringtrain.api import (
     allgather,
     allgather_async,
@@ -30,18 +31,7 @@ from ringtrain.api import (
     size,
     synchronize,
 )
-from ringtrain.capabilities import (
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rocm_built,
-)
+from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.errors import (
     DuplicateNameError,
     EngineStoppedError,
@@ -76,13 +66,8 @@ __all__ = [
     "broadcast",
     "broadcast_async",
     "broadcast_object",
-    "ccl_built",
     "cross_rank",
     "cross_size",
-    "cuda_built",
-    "ddl_built",
-    "gloo_built",
-    "gloo_enabled",
     "grouped_allreduce",
     "grouped_allreduce_async",
     "init",
@@ -91,16 +76,12 @@ __all__ = [
     "join",
     "local_rank",
     "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
     "poll",
     "rank",
     "reducescatter",
     "reducescatter_async",
-    "rocm_built",
     "shutdown",
     "size",
     "synchronize",
 ]
+__all__ += capabilities.__all__

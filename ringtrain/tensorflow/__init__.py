@@ -3,6 +3,7 @@
 Everything works eagerly and inside ``tf.function`` (not under XLA, ``jit_compile=True``).
 """
 
+from ringtrain import capabilities
 from ringtrain.api import (
     allgather_object,
     barrier,
@@ -18,18 +19,7 @@ from ringtrain.api import (
     shutdown,
     size,
 )
-from ringtrain.capabilities import (
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rocm_built,
-)
+from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.errors import (
     DuplicateNameError,
     EngineStoppedError,
@@ -77,13 +67,8 @@ __all__ = [
     "broadcast",
     "broadcast_object",
     "broadcast_variables",
-    "ccl_built",
     "cross_rank",
     "cross_size",
-    "cuda_built",
-    "ddl_built",
-    "gloo_built",
-    "gloo_enabled",
     "grouped_allreduce",
     "init",
     "is_homogeneous",
@@ -91,13 +76,9 @@ __all__ = [
     "join",
     "local_rank",
     "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
     "rank",
     "reducescatter",
-    "rocm_built",
     "shutdown",
     "size",
 ]
+__all__ += capabilities.__all__

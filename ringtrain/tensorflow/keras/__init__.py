@@ -2,6 +2,7 @@
 
 import keras
 
+from ringtrain import capabilities
 from ringtrain.api import (
     allgather_object,
     broadcast_object,
@@ -16,18 +17,7 @@ from ringtrain.api import (
     shutdown,
     size,
 )
-from ringtrain.capabilities import (
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rocm_built,
-)
+from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.tensorflow.collectives import broadcast_variables
 from ringtrain.tensorflow.compression import Compression
@@ -64,26 +54,17 @@ __all__ = [
     "broadcast_object",
     "broadcast_variables",
     "callbacks",
-    "ccl_built",
     "cross_rank",
     "cross_size",
-    "cuda_built",
-    "ddl_built",
-    "gloo_built",
-    "gloo_enabled",
     "init",
     "is_homogeneous",
     "is_initialized",
     "load_model",
     "local_rank",
     "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
     "rank",
     "reducescatter",
-    "rocm_built",
     "shutdown",
     "size",
 ]
+__all__ += capabilities.__all__
