@@ -40,6 +40,11 @@ def test_a_full_result_area_falls_back_and_overwrites_nothing_held(np):
     check("check_shared_results.py", np, env={"RINGTRAIN_SHARED_RESULT_BYTES": "65536"})
 
 
+@pytest.mark.parametrize("np", [2, 3, 4])
+def test_the_shared_ring_when_ranks_run_ahead(np):
+    check("check_shared_ring.py", np)
+
+
 @pytest.mark.parametrize("np", WORLDS)
 def test_ranks_started_unbound_divide_the_cores_and_bound_ranks_stay(np):
     check("check_affinity.py", np)

@@ -14,7 +14,8 @@ chunk while it is still in a cache, and the ranks' steps overlap.
 
 Every region is double: consecutive calls alternate halves. A rank starts a call only once
 every rank has finished the call before the last, so it cannot overwrite data that a slower
-rank still reads in the half it reuses.
+rank still reads in the half it reuses. (The calls alone do not hold it back: a rank whose
+share of a reduce-scatter is empty waits for no one.)
 
 An allreduce may also leave its result in the file's result area (``ringtrain.ring.results``),
 where every rank writes its finished segment and then reads the whole result in place: no
