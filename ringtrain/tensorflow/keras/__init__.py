@@ -1,4 +1,4 @@
-"""ringtrain for Keras 3 (import it as ``hvd``): ``DistributedOptimizer``, callbacks, loading."""
+"""ringtrain for Keras 3 (import it as ``hvd``): ``DistributedOptimizer``, callbacks, loading, values."""
 
 import keras
 
