@@ -1,4 +1,4 @@
-"""ringtrain for Keras 3 (import it as ``hvd``): ``DistributedOptimizer``, callbacks, loading, values."""
+"""ringtrain for Keras 3 (import it as ``hvd``): the optimizer, callbacks, loading, values."""
 
 import keras
 
