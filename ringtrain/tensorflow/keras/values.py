@@ -6,7 +6,7 @@ for code outside a training step, such as ``hvd.broadcast(resume_from_epoch, 0)`
 
 import tensorflow as tf
 
-from ringtrain.ops import Average, resolve_op
+from ringtrain.ops import Average
 from ringtrain.tensorflow import collectives
 from ringtrain.tensorflow.compression import Compression
 
@@ -23,11 +23,12 @@ def allreduce(
     """Return ``value`` reduced over all ranks (default op Average), as a NumPy value."""
     return collectives.allreduce(
         tf.convert_to_tensor(value),
-        op=resolve_op(op, average),
+        op=op,
         compression=compression,
         prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
         name=name,
+        average=average,
     ).numpy()
 
 
