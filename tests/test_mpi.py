@@ -46,6 +46,17 @@ def test_the_shared_ring_when_ranks_run_ahead(np):
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_the_ring_that_reads_peers_buffers_in_place(np):
+    check("check_attach_ring.py", np, timeout=240)
+
+
+@pytest.mark.parametrize("np", [2, 4])
+def test_engine_calls_above_tiny_shared_regions_take_the_attach_ring(np):
+    # Regions of 64 bytes: nearly every call of the check reads peers' buffers in place.
+    check("check_allreduce.py", np, env={"RINGTRAIN_SHARED_MEMORY_BYTES": "64"}, timeout=240)
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_ranks_started_unbound_divide_the_cores_and_bound_ranks_stay(np):
     check("check_affinity.py", np)
 

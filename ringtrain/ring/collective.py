@@ -4,6 +4,9 @@ Only buffer (uppercase) calls are used: tensor data is never pickled. Each segme
 into chunks; a chunk is forwarded to the right neighbour as soon as it has been received and
 reduced, while the next chunks are still in flight, so sending one piece overlaps reducing
 the previous one. Receives are posted ahead into a few reused scratch slots.
+
+When every rank is on one host, calls that fit the shared-memory regions take the ring of
+``ringtrain.ring.shared``, and larger ones on the CPU that of ``ringtrain.ring.attach``.
 """
 
 import functools
@@ -17,8 +20,10 @@ from ringtrain import kernels
 from ringtrain.buffers import BufferPool
 from ringtrain.ops import ReduceOp
 from ringtrain.ring import schedule
+from ringtrain.ring.attach import AttachRing
 from ringtrain.ring.shared import SharedRegions, SharedRing
 
+_CPU = kernels.backend_for(np.empty(0))
 _TAG = 7
 _WINDOW = 4  # receives posted ahead of the one being reduced
 
@@ -28,7 +33,9 @@ class Ring:
 
     Built collectively over ``comm``. With ``shared_bytes`` and every rank on one host, calls
     of up to that many bytes go through shared memory (``ringtrain.ring.shared``), and
-    ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``).
+    ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``); larger
+    host calls read peers' buffers in place (``ringtrain.ring.attach``) where the kernel lets
+    every rank do so.
     """
 
     def __init__(
@@ -47,9 +54,12 @@ class Ring:
         self._right = (self.rank + 1) % self.size
         self._left = (self.rank - 1) % self.size
         self.shared = None
+        self.attach = None
         if shared_bytes > 0 and self.size > 1 and _one_host(comm):
             regions = SharedRegions(comm, shared_bytes, result_bytes)
-            self.shared = SharedRing(comm, regions) if regions.available else None
+            if regions.available:
+                self.shared = SharedRing(comm, regions)
+                self.attach = AttachRing.create(comm, regions, self._pool)
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
@@ -90,6 +100,9 @@ class Ring:
             return time.perf_counter_ns()
         if self._through_shared(src):
             return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)[1]
+        if self._through_attach(src, dst, backend):
+            call = self.shared.take_call()
+            return self.attach.run(backend, src, dst, op, postscale, bounds, allgather, call)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         chunk = max(1, self.chunk_bytes // dst.itemsize)
         last_reduce = self.size - 2
@@ -144,6 +157,17 @@ class Ring:
             post_ahead()
         MPI.Request.Waitall(hazard_sends + final_sends)
         return reduce_scatter_end
+
+    def _through_attach(self, src, dst, backend) -> bool:
+        # Peers read this rank's buffers by address: host memory, contiguous.
+        return (
+            self.attach is not None
+            and backend is _CPU
+            and isinstance(src, np.ndarray)
+            and src.flags.c_contiguous
+            and dst.flags.c_contiguous
+            and self.attach.fits(len(src), src.itemsize)
+        )
 
     def _through_shared(self, src) -> bool:
         return self.shared is not None and len(src) > 0 and self.shared.fits(len(src), src.dtype)

@@ -46,7 +46,7 @@ CHUNK_BYTES = 256 << 10
 
 
 class SharedRegions:
-    """One shared-memory file: two ``capacity``-byte regions per rank, votes, results.
+    """One shared-memory file: two ``capacity``-byte regions per rank, votes, flags, results.
 
     The result area has ``result_bytes``. Collective over ``comm``, whose ranks must share a
     host. ``available`` is False on every rank when some rank could not create or map the
@@ -59,7 +59,8 @@ class SharedRegions:
         size = comm.Get_size()
         votes_at = 2 * self._stride * size
         flags_at = votes_at + aligned_size(2 * size)
-        results_at = flags_at + aligned_size(8 * flag_words(2 * size))
+        addresses_at = flags_at + aligned_size(8 * flag_words(3 * size))
+        results_at = addresses_at + aligned_size(16 * size)
         total = results_at + result_bytes
         path, error = None, None
         if comm.Get_rank() == 0:
@@ -95,11 +96,16 @@ class SharedRegions:
         self._bytes = np.frombuffer(self._map, np.uint8) if self._map is not None else None
         self._views = {}  # (rank, half, dtype) -> the whole region as that dtype
         self.votes = None  # [half, rank]: 1 where that rank may take the call's result place
-        self.flags = None  # each rank's progress (flag rank) and finished calls (size + rank)
+        # Each rank's progress (flag rank), finished calls (size + rank), and how far it has
+        # read its left neighbour's buffers (2 size + rank; ``ringtrain.ring.attach``).
+        self.flags = None
+        self.addresses = None  # [rank]: its input's and its result's address in its process
         self.results = None
         if self._map is not None:
             self.votes = self._bytes[votes_at : votes_at + 2 * size].reshape(2, size)
-            self.flags = self._bytes[flags_at:results_at].view(np.uint64)
+            self.flags = self._bytes[flags_at:addresses_at].view(np.uint64)
+            self.addresses = self._bytes[addresses_at : addresses_at + 16 * size].view(np.uint64)
+            self.addresses = self.addresses.reshape(size, 2)
             if result_bytes > 0:
                 self.results = SharedResults(memoryview(self._map)[results_at:total])
 
@@ -138,6 +144,11 @@ class SharedRing:
         """Return True if ``count`` elements of ``dtype`` fit a region."""
         return count * np.dtype(dtype).itemsize <= self._regions.capacity
 
+    def take_call(self) -> int:
+        """Return the number of the call about to start (shared with ``ringtrain.ring.attach``)."""
+        call, self._calls = self._calls, self._calls + 1
+        return call
+
     def run(self, backend, src, dst, op, postscale, bounds, allgather, new=None, read_only=False):
         """Reduce ``src`` into ``dst`` as ``Ring`` does; return the result and its time.
 
@@ -147,7 +158,7 @@ class SharedRing:
         area if every rank passed ``read_only`` and can take it there (see the module
         docstring), else ``new(len(src))``.
         """
-        call, self._calls = self._calls, self._calls + 1
+        call = self.take_call()
         half = call % 2
         n, rank, flags = self.size, self.rank, self._flags
         if call >= 2:  # nobody may still read this half of the regions from two calls ago
