@@ -52,8 +52,10 @@ def test_the_ring_that_reads_peers_buffers_in_place(np):
 
 @pytest.mark.parametrize("np", [2, 4])
 def test_engine_calls_above_tiny_shared_regions_take_the_attach_ring(np):
-    # Regions of 64 bytes: nearly every call of the check reads peers' buffers in place.
-    check("check_allreduce.py", np, env={"RINGTRAIN_SHARED_MEMORY_BYTES": "64"}, timeout=240)
+    # Regions of 64 bytes: nearly every call of the checks reads peers' buffers in place.
+    env = {"RINGTRAIN_SHARED_MEMORY_BYTES": "64"}
+    check("check_allreduce.py", np, env=env, timeout=240)
+    check("check_collectives.py", np, env=env)
 
 
 @pytest.mark.parametrize("np", WORLDS)
