@@ -29,6 +29,8 @@ from ringtrain.api import (
     reducescatter_async,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
     synchronize,
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
@@ -82,6 +84,8 @@ __all__ = [
     "reducescatter_async",
     "shutdown",
     "size",
+    "start_timeline",
+    "stop_timeline",
     "synchronize",
 ]
 __all__ += capabilities.__all__

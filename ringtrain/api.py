@@ -9,6 +9,7 @@ return a handle at once, and ``synchronize(handle)`` waits for it.
 import atexit
 import itertools
 import math
+import os
 import pickle
 import threading
 
@@ -485,6 +486,29 @@ def barrier() -> None:
     order relative to its other unnamed calls.
     """
     allreduce(np.zeros(0, np.uint8), op=ReduceOp.Sum, name=_name("barrier", None))
+
+
+def start_timeline(file_path, mark_cycles=False) -> None:
+    """Start writing a timeline to ``file_path``, as ``RINGTRAIN_TIMELINE`` does at ``init()``.
+
+    Call it on every rank: rank 0 writes the file, or every rank its own where the path holds
+    ``{rank}``. Raises ValueError for an empty path, for ``mark_cycles=True`` (the engine
+    has no fixed cycles to mark), and while a timeline is being written.
+    """
+    engine = _the_engine()
+    if not file_path:
+        raise ValueError("start_timeline needs a file path; got an empty one")
+    if mark_cycles:
+        raise ValueError(
+            "start_timeline(mark_cycles=True) is not supported: ringtrain's engine runs when "
+            "work arrives, not in fixed cycles, so it has none to mark"
+        )
+    engine.start_timeline(os.fspath(file_path))
+
+
+def stop_timeline() -> None:
+    """Stop writing the timeline (the file stays valid JSON); nothing happens if none is."""
+    _the_engine().stop_timeline()
 
 
 def synchronize(handle: Handle):

@@ -120,6 +120,15 @@ def test_timeline_is_valid_json_with_every_phase(tmp_path):
             assert e["dur"] >= 0 and e["ts"] >= 0
 
 
+@pytest.mark.parametrize("np", [1, 2, 3])
+def test_timeline_started_and_stopped_while_running(np, tmp_path):
+    check("check_timeline_calls.py", np, tmp_path)
+    if np > 1:  # rank 0 alone writes a path without {rank}
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("first")) == [
+            "first.json"
+        ]
+
+
 def test_timeline_per_rank_files(tmp_path):
     check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(tmp_path / "t{rank}.json")})
     for r in range(2):

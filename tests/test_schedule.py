@@ -92,3 +92,14 @@ def test_each_step_moves_one_segment_so_traffic_is_2_n_minus_1_over_n(size):
     for r in range(size):
         moved = sum(bounds[s.send][1] - bounds[s.send][0] for s in schedule.ring_steps(r, size))
         assert moved == 2 * (size - 1) * length // size
+
+
+@pytest.mark.parametrize("size", range(1, 9))
+def test_outputs_pass_each_segment_round_and_end_with_the_rank_s_own(size):
+    outputs = schedule.outputs(size)
+    for q in range(size):
+        assert sorted(outputs[q]) == list(range(size))  # every segment once
+        assert outputs[q][-1] == q  # finishes its own
+        left = outputs[(q - 1) % size]
+        # What the left neighbour produced as output t is what this rank reduces next.
+        assert outputs[q][1:] == left[:-1]

@@ -79,6 +79,7 @@ class Engine:
             self.ring = HierarchicalRing(self._data, chunk_bytes, self._pool)
         else:
             self.ring = Ring(self._data, chunk_bytes, self._pool, shared_bytes, result_bytes)
+        self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.ring, self._data, self._pool, self._timeline, chunk_bytes)
         self._coordinator = None
@@ -122,11 +123,35 @@ class Engine:
                 )
             self._inflight[meta.name] = request
             self._outbox.append(request)
-        if self._timeline is not None:
-            self._timeline.instant(meta.name, tl.ENQUEUE, request.submitted_ns)
+        timeline = self._timeline  # read once: stop_timeline may clear it meanwhile
+        if timeline is not None:
+            timeline.instant(meta.name, tl.ENQUEUE, request.submitted_ns)
         if wake and not self._wakeup.is_set():
             self._wakeup.set()
         return request
+
+    def start_timeline(self, path: str) -> None:
+        """Start writing a timeline to ``path`` (this rank's part; see ``RINGTRAIN_TIMELINE``).
+
+        Raises ValueError while one is being written.
+        """
+        with self._lock:
+            if self._timeline_path is not None:
+                raise ValueError(
+                    f"a timeline is already being written to {self._timeline_path!r}; "
+                    "call stop_timeline() first"
+                )
+            self._timeline_path = path
+            self._timeline = _open_timeline(path, self.rank)
+            self._executor.timeline = self._timeline
+
+    def stop_timeline(self) -> None:
+        """Close the timeline being written, if any; later events are not recorded."""
+        with self._lock:
+            timeline, self._timeline, self._timeline_path = self._timeline, None, None
+            self._executor.timeline = None
+        if timeline is not None:
+            timeline.close()  # an event still being recorded on it is dropped
 
     def shutdown(self) -> None:
         """Stop every rank's engine (any rank may ask), wait for this thread, free comms."""
@@ -140,8 +165,7 @@ class Engine:
             self.ring.free()
         self._ctrl.Free()
         self._data.Free()
-        if self._timeline is not None:
-            self._timeline.close()
+        self.stop_timeline()
 
     def wait(self, handle):
         """Return ``handle``'s result (or raise its error) once it is in: for blocking calls.
@@ -319,12 +343,13 @@ class Engine:
         with self._lock:
             requests = [self._inflight.pop(name, None) for name in response.names]
         received = tl.now_ns()
-        if self._timeline is not None:
+        timeline = self._timeline
+        if timeline is not None:
             for request in requests:
                 if request is not None:
                     name = request.meta.name
-                    self._timeline.span(name, tl.NEGOTIATE, request.submitted_ns, request.sent_ns)
-                    self._timeline.span(name, tl.WAIT_FOR_OTHER_RANKS, request.sent_ns, received)
+                    timeline.span(name, tl.NEGOTIATE, request.submitted_ns, request.sent_ns)
+                    timeline.span(name, tl.WAIT_FOR_OTHER_RANKS, request.sent_ns, received)
         if response.error is not None:
             for request in requests:
                 if request is not None:

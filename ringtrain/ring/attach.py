@@ -91,8 +91,8 @@ class AttachRing:
     """Ring collectives of one rank that read peers' buffers in place (module docstring).
 
     Build it with ``create``, which checks that every rank may read every other. Progress
-    is counted in pieces (of ``PIECE_BYTES``), so that it fits below the call number in a
-    flag (see ``SharedRing``) for any call of at most ``fits`` elements.
+    is counted in pieces (of ``PIECE_BYTES``), below the call number in a flag (see
+    ``SharedRing``); ``fits`` says which calls have few enough pieces for that.
     """
 
     def __init__(self, comm, regions: SharedRegions, pids, pool):
@@ -104,9 +104,7 @@ class AttachRing:
         self._pids = pids
         self._pool = pool
         self._shift = regions.capacity.bit_length()
-        self._outputs = [
-            [(q - j - 1) % self.size for j in range(self.size)] for q in range(self.size)
-        ]
+        self._outputs = schedule.outputs(self.size)
 
     @classmethod
     def create(cls, comm, regions: SharedRegions, pool):

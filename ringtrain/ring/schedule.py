@@ -59,3 +59,13 @@ def ring_steps(rank: int, size: int, allgather: bool = True) -> list[Step]:
 def chunks(start: int, stop: int, chunk: int) -> list[tuple[int, int]]:
     """Cut the range [start, stop) into consecutive pieces of at most ``chunk`` elements."""
     return [(lo, min(lo + chunk, stop)) for lo in range(start, stop, chunk)]
+
+
+def outputs(size: int) -> list[list[int]]:
+    """Return, per rank, the segments it produces in order when it reads its left neighbour.
+
+    The first is its own input's share of one segment; it reduces each later one from the
+    left neighbour's output before it and its own input. The last is its own segment,
+    finished.
+    """
+    return [[(q - j - 1) % size for j in range(size)] for q in range(size)]

@@ -134,11 +134,7 @@ class SharedRing:
         # in that call (calls count from 0): it only grows, no count passes for a later call's,
         # and it overflows only after 2**63 / capacity calls.
         self._shift = regions.capacity.bit_length()
-        # Every rank's outputs in order: the segment it copies in, then those it reduces;
-        # the last is its finished segment, which is its own rank's.
-        self._outputs = [
-            [(q - j - 1) % self.size for j in range(self.size)] for q in range(self.size)
-        ]
+        self._outputs = schedule.outputs(self.size)  # the first one is copied in
 
     def fits(self, count: int, dtype) -> bool:
         """Return True if ``count`` elements of ``dtype`` fit a region."""

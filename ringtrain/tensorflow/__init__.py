@@ -18,6 +18,8 @@ from ringtrain.api import (
     rank,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.errors import (
@@ -80,5 +82,7 @@ __all__ = [
     "reducescatter",
     "shutdown",
     "size",
+    "start_timeline",
+    "stop_timeline",
 ]
 __all__ += capabilities.__all__

@@ -16,6 +16,8 @@ from ringtrain.api import (
     rank,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
@@ -66,5 +68,7 @@ __all__ = [
     "reducescatter",
     "shutdown",
     "size",
+    "start_timeline",
+    "stop_timeline",
 ]
 __all__ += capabilities.__all__
