@@ -2,6 +2,9 @@
 
 import copy
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from ringtrain import tf_allocator  # noqa: E402
 from ringtrain.ops import Sum  # noqa: E402
 from ringtrain.tensorflow import compat, compression, exchange  # noqa: E402
 from ringtrain.tensorflow.keras import optimizer as distributed  # noqa: E402
@@ -208,3 +212,16 @@ def test_a_gradient_exchange_waits_in_one_op_after_one_enqueue_per_bucket(
     # first with the manifest; or all of them with the manifest in one op, for they are
     # small and of known sizes.
     assert sorted(name.split("_")[1] for name in names) == ["enqueue"] * enqueues + ["synchronize"]
+
+
+def test_importing_the_binding_asks_for_the_pooling_allocator_unless_told_otherwise():
+    code = "import os, ringtrain.tensorflow; print(os.environ['TF_CPU_ALLOCATOR_USE_BFC'])"
+    for given, expected in ((None, "true"), ("false", "false")):
+        env = {k: v for k, v in os.environ.items() if k != tf_allocator.VARIABLE}
+        if given is not None:
+            env[tf_allocator.VARIABLE] = given
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[-1] == expected

@@ -13,7 +13,9 @@ hidden-communication fraction:
   ``model.fit``;
 - ``mwms``: ``tf.distribute.MultiWorkerMirroredStrategy``, N workers on localhost.
 
-All but the ``model.fit`` row run the same custom train step, because Keras 3.15's
+Every contender runs with TensorFlow's pooling CPU allocator, which ``ringtrain.tensorflow``
+asks for (``ringtrain.tf_allocator``). All but the ``model.fit`` row run the same custom
+train step, because Keras 3.15's
 ``model.fit`` fails under a multi-worker strategy (its symbolic build reduces the first
 batch). The hidden fraction is 1 - exposed / total communication time, from a separate
 ringtrain run with a timeline: per step, the engine's work on each fused reduction (copy in,
@@ -38,7 +40,7 @@ import time
 
 import numpy as np
 
-from ringtrain import affinity, settings
+from ringtrain import affinity, settings, tf_allocator
 
 _MARK = "RESULT "
 _SITE = "DistributedOptimizer."
@@ -209,6 +211,8 @@ def _mwms_env(n):
 def _launch(commands, timeout, envs=None):
     """Start ``commands`` at once; return the result each printed (if it printed one)."""
     base = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    # Every contender gets the CPU allocator that ringtrain.tensorflow asks for.
+    tf_allocator.prefer_pooling(base)
     procs = [
         subprocess.Popen(
             command,

@@ -3,7 +3,9 @@
 Everything works eagerly and inside ``tf.function`` (not under XLA, ``jit_compile=True``).
 """
 
-from ringtrain import capabilities
+import os
+
+from ringtrain import capabilities, tf_allocator
 from ringtrain.api import (
     allgather_object,
     barrier,
@@ -44,6 +46,8 @@ from ringtrain.tensorflow.collectives import (
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.gradient_tape import DistributedGradientTape
 from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer
+
+tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
 __all__ = [
     "Average",
