@@ -141,8 +141,8 @@ class Engine:
                     f"a timeline is already being written to {self._timeline_path!r}; "
                     "call stop_timeline() first"
                 )
+            self._timeline = _open_timeline(path, self.rank)  # may raise OSError: nothing set
             self._timeline_path = path
-            self._timeline = _open_timeline(path, self.rank)
             self._executor.timeline = self._timeline
 
     def stop_timeline(self) -> None:

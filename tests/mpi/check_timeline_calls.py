@@ -25,6 +25,12 @@ def body():
     ringtrain.init()
     r = ringtrain.rank()
     ringtrain.allreduce(np.ones(10, np.float32), name="before")
+    try:  # a folder that is not there: the error names it, and nothing is left started
+        ringtrain.start_timeline(os.path.join(folder, "missing", "t{rank}.json"))
+    except OSError as err:
+        assert "missing" in str(err), err
+    else:
+        raise AssertionError("start_timeline into a missing folder did not fail")
     first = os.path.join(folder, "first.json")
     ringtrain.start_timeline(first)
     for bad, expected in ((first, "already being written"), ("", "needs a file path")):
