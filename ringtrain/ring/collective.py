@@ -23,7 +23,6 @@ from ringtrain.ring import schedule
 from ringtrain.ring.attach import AttachRing
 from ringtrain.ring.shared import SharedRegions, SharedRing
 
-_CPU = kernels.backend_for(np.empty(0))
 _TAG = 7
 _WINDOW = 4  # receives posted ahead of the one being reduced
 
@@ -100,7 +99,7 @@ class Ring:
             return time.perf_counter_ns()
         if self._through_shared(src):
             return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)[1]
-        if self._through_attach(src, dst, backend):
+        if self._through_attach(src, dst):
             call = self.shared.take_call()
             return self.attach.run(backend, src, dst, op, postscale, bounds, allgather, call)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
@@ -158,12 +157,13 @@ class Ring:
         MPI.Request.Waitall(hazard_sends + final_sends)
         return reduce_scatter_end
 
-    def _through_attach(self, src, dst, backend) -> bool:
-        # Peers read this rank's buffers by address: host memory, contiguous.
+    def _through_attach(self, src, dst) -> bool:
+        # Peers read this rank's buffers by address: host memory (NumPy arrays; device
+        # arrays are not), contiguous.
         return (
             self.attach is not None
-            and backend is _CPU
             and isinstance(src, np.ndarray)
+            and isinstance(dst, np.ndarray)
             and src.flags.c_contiguous
             and dst.flags.c_contiguous
             and self.attach.fits(len(src), src.itemsize)
