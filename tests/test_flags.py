@@ -18,8 +18,8 @@ def test_each_flag_has_its_own_cache_line():
 def test_the_fenced_forms_store_and_load_the_same_words():
     # Used where the processor may reorder memory accesses; their values must agree here too.
     words = np.zeros(flags.flag_words(2), np.uint64)
-    flags._publish(words, 1, np.uint64(2**40 + 5))
-    assert int(flags._observe(words, 1)) == 2**40 + 5 == flags.observe(words, 1)
+    flags.store(words, 1, np.uint64(2**40 + 5))
+    assert int(flags.load(words, 1)) == 2**40 + 5 == flags.observe(words, 1)
 
 
 def test_wait_until_returns_once_another_thread_publishes_enough():

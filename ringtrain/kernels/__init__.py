@@ -85,7 +85,7 @@ def _conversion(tensor_dtype, buffer, scale):
     )
 
 
-def _reduction(dst, a, b, op, scale):
+def reduction_args(dst, a, b, op, scale):
     """Check the operands of ``reduce`` and return ``(op, scale)`` as the kernels take them."""
     if not dst.ndim == a.ndim == b.ndim == 1:
         raise ValueError(f"reduce takes 1-D arrays, got {dst.ndim}-D, {a.ndim}-D and {b.ndim}-D")

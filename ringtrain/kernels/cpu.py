@@ -181,8 +181,12 @@ def _unpack_bf16(destinations, count, offsets, start, buffer, scale):
 
 
 @njit
-def _reduce(dst, a, b, op, scale):
-    """Set ``dst[i] = op(a[i], b[i]) * scale``, with one loop per op so that each vectorizes."""
+def reduce_elements(dst, a, b, op, scale):
+    """Set ``dst[i] = op(a[i], b[i]) * scale``, one loop per op so that each vectorizes.
+
+    Compiled, for compiled callers too: ``op`` and ``scale`` as ``kernels.reduction_args``
+    returns them.
+    """
     if op == _SUM:
         _reduce_with(dst, a, b, _SUM, scale)
     elif op == _MIN:
@@ -195,7 +199,7 @@ def _reduce(dst, a, b, op, scale):
 
 @njit
 def _reduce_with(dst, a, b, op, scale):
-    """Run the loop of ``_reduce`` for a constant ``op``, reading ``dst`` alone when it is ``a``."""
+    """Run ``reduce_elements``'s loop for one constant ``op``; read ``dst`` alone if it is ``a``."""
     if dst.ctypes.data == a.ctypes.data:  # one array read and written: no overlap check to fail
         for i in range(dst.size):
             dst[i] = _scaled(_combine(op, dst[i], b[i]), scale)
@@ -226,8 +230,8 @@ def unpack(buffer, offsets, destinations, scale=1.0):
 
 def reduce(dst, a, b, op, scale=1.0):
     """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` itself."""
-    op, scale = kernels._reduction(dst, a, b, op, scale)
-    _reduce(dst, a, b, op, scale)
+    op, scale = kernels.reduction_args(dst, a, b, op, scale)
+    reduce_elements(dst, a, b, op, scale)
 
 
 def empty(shape, dtype):

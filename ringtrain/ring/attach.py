@@ -19,17 +19,25 @@ each piece it publishes how far it has got, and how far it has read its left nei
   has read covers it.
 - A rank returns only when every rank has finished the call, since until then another rank
   may still read its buffers.
+
+The loops over the pieces are compiled (numba, without the GIL), and call the C library's
+``process_vm_readv`` from there: in Python, each piece's calls and the GIL's hand-overs to
+the engine's other thread cost 10-15% at 16 MiB (docs/benchmarks.md). A loop that finds a
+flag it needs not yet there returns, and Python waits for it, where Ctrl-C still works.
 """
 
-import ctypes
+import functools
 import os
 import sys
 import time
 
 import numpy as np
+from numba.core import types
 
+from ringtrain import kernels
+from ringtrain.kernels.cpu import njit, reduce_elements
 from ringtrain.ring import schedule
-from ringtrain.ring.flags import publish, wait_until
+from ringtrain.ring.flags import load, publish, store, wait_until
 from ringtrain.ring.shared import SharedRegions
 
 _PROBE = 0x5249_4E47_0000_0000  # "RING": a rank's probe word holds this plus its rank
@@ -38,32 +46,49 @@ _PROBE = 0x5249_4E47_0000_0000  # "RING": a rank's probe word holds this plus it
 # (measured: 512 KiB beat 256 KiB and 1 MiB at 16 MiB, docs/benchmarks.md).
 PIECE_BYTES = 512 << 10
 
+# The C library's functions, called from compiled code by name (pointers as integers).
+_process_vm_readv = types.ExternalFunction(
+    "process_vm_readv",
+    types.intp(types.int32, types.uintp, types.uintp, types.uintp, types.uintp, types.uintp),
+)
+_errno_location = types.ExternalFunction("__errno_location", types.CPointer(types.int32)())
 
-class _Iovec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
-def _process_vm_readv():
-    """Return libc's ``process_vm_readv``, typed, or None where the C library lacks it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).process_vm_readv
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_ssize_t
-    function.argtypes = [
-        ctypes.c_int,
-        ctypes.POINTER(_Iovec),
-        ctypes.c_ulong,
-        ctypes.POINTER(_Iovec),
-        ctypes.c_ulong,
-        ctypes.c_ulong,
-    ]
-    return function
+# What a compiled loop returns first: it is through, it needs a flag that is not there yet
+# (the caller waits for it in Python, where Ctrl-C still works, and calls again), or a read
+# failed.
+_DONE, _WAIT, _FAILED = 0, 1, 2
 
 
-_READV = _process_vm_readv()
+@njit
+def _copy_from(pid, iov, local, remote, nbytes):
+    """Copy ``nbytes`` at address ``remote`` of process ``pid`` to address ``local``.
+
+    ``iov``: four uint64 words of scratch. Returns 0, the errno of a failed call, or -1 when
+    the kernel read nothing.
+    """
+    local, remote, nbytes = np.int64(local), np.int64(remote), np.int64(nbytes)
+    done = np.int64(0)
+    while done < nbytes:
+        iov[0] = local + done
+        iov[1] = nbytes - done
+        iov[2] = remote + done
+        iov[3] = nbytes - done
+        vectors = iov.ctypes.data
+        got = _process_vm_readv(pid, vectors, 1, vectors + np.uint64(16), 1, 0)
+        if got < 0:
+            return np.int64(_errno_location()[0])
+        if got == 0:
+            return np.int64(-1)
+        done += got
+    return np.int64(0)
+
+
+def _read_error(err, pid, address):
+    """Return the OSError for ``_copy_from``'s result ``err`` at ``address`` of ``pid``."""
+    reason = os.strerror(err) if err > 0 else "read nothing"
+    return OSError(
+        max(err, 0), f"cannot read at {address:#x} of process {pid} (process_vm_readv: {reason})"
+    )
 
 
 def read(pid: int, address: int, out: np.ndarray) -> None:
@@ -71,20 +96,10 @@ def read(pid: int, address: int, out: np.ndarray) -> None:
 
     Raises OSError naming the process and the errno when the kernel refuses or falls short.
     """
-    done, total = 0, out.nbytes
-    local, remote = _Iovec(), _Iovec()
-    while done < total:
-        local.base, local.length = out.ctypes.data + done, total - done
-        remote.base, remote.length = address + done, total - done
-        got = _READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        if got <= 0:
-            err = ctypes.get_errno()
-            raise OSError(
-                err,
-                f"cannot read {total - done} bytes at {address + done:#x} of process {pid} "
-                f"(process_vm_readv: {os.strerror(err) if got < 0 else 'read nothing'})",
-            )
-        done += got
+    iov = np.empty(4, np.uint64)
+    err = _copy_from(pid, iov, out.ctypes.data, address, out.nbytes)
+    if err != 0:
+        raise _read_error(err, pid, address)
 
 
 class AttachRing:
@@ -104,7 +119,8 @@ class AttachRing:
         self._pids = pids
         self._pool = pool
         self._shift = regions.capacity.bit_length()
-        self._outputs = schedule.outputs(self.size)
+        self._pid_array = np.array(pids, np.int32)
+        self._iov = np.empty(4, np.uint64)  # scratch for the compiled reads
 
     @classmethod
     def create(cls, comm, regions: SharedRegions, pool):
@@ -116,7 +132,7 @@ class AttachRing:
         rank = comm.Get_rank()
         probe = np.array([_PROBE + rank], np.uint64)
         pids = comm.allgather((os.getpid(), probe.ctypes.data))
-        works = _READV is not None
+        works = sys.platform.startswith("linux")
         seen = np.zeros(1, np.uint64)
         for q, (pid, address) in enumerate(pids):
             if not works:
@@ -136,57 +152,148 @@ class AttachRing:
         pieces = count * itemsize // PIECE_BYTES + self.size
         return pieces < 1 << self._shift
 
-    def run(self, backend, src, dst, op, postscale, bounds, allgather, call) -> int:
+    def run(self, src, dst, op, postscale, bounds, allgather, call) -> int:
         """Reduce host array ``src`` into ``dst`` as ``Ring`` does; return the time it ended.
 
         The time is when the reduce-scatter ended (``perf_counter_ns``). ``call`` numbers
         the calls that share the flags with the shared-memory ring.
         """
         n, rank, flags = self.size, self.rank, self._flags
+        op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         base = (call + 1) << self._shift
         left, right = (rank - 1) % n, (rank + 1) % n
-        itemsize = src.itemsize
-        chunk = max(1, PIECE_BYTES // itemsize)
-        pieces = [schedule.chunks(lo, hi, chunk) for lo, hi in bounds]
+        chunk = max(1, PIECE_BYTES // src.itemsize)
+        limits, lefts, ahead, counted, first = _layout(tuple(bounds), chunk, rank, n)
         self._addresses[rank] = (src.ctypes.data, dst.ctypes.data)
-        outputs, lefts = self._outputs[rank], self._outputs[left]
-        # Pieces of a rank's outputs in order, before each output: the same for every rank's
-        # right neighbour, which reads them in this order.
-        ahead = {}
-        counted = 0
-        for segment in outputs:
-            ahead[segment] = counted
-            counted += len(pieces[segment])
-        published = len(pieces[outputs[0]])  # output 0 is the input itself
-        publish(flags, rank, base + published)  # begun: addresses and output 0 are ready
+        publish(flags, rank, base + first)  # begun: addresses and output 0 are ready
         wait_until(flags, left, base)
         left_src, left_dst = (int(a) for a in self._addresses[left])
         scratch = self._pool.get("attach-scratch", chunk, src.dtype)
-        last, consumed = n - 2, 0
-        for t in range(n - 1):
-            origin = left_src if t == 0 else left_dst
-            for c_lo, c_hi in pieces[lefts[t]]:
-                consumed += 1
-                wait_until(flags, left, base + consumed)
-                piece = scratch[: c_hi - c_lo]
-                read(self._pids[left], origin + c_lo * itemsize, piece)
-                publish(flags, 2 * n + rank, base + consumed)  # read of the left so far
-                scale = postscale if t == last else 1.0
-                backend.reduce(dst[c_lo:c_hi], src[c_lo:c_hi], piece, op, scale)
-                published += 1
-                publish(flags, rank, base + published)
+        pid = self._pids[left]
+        piece = 0
+        while True:
+            status, piece, *why = _reduce_scatter(
+                flags, rank, n, base, piece, pid, left_src, left_dst, limits, lefts, first,
+                chunk, scratch, src, dst, op, scale, self._iov,
+            )  # fmt: skip
+            if status == _DONE:
+                break
+            self._wait_or_raise(status, *why)
         reduced = time.perf_counter_ns()
-        for k in range(1, n if allgather else 1):
-            owner = (rank + k) % n
-            finished = counted - len(pieces[owner])  # the pieces before its last output
-            wait_until(flags, owner, base)
-            owner_dst = int(self._addresses[owner][1])
-            for i, (c_lo, c_hi) in enumerate(pieces[owner]):
-                wait_until(flags, owner, base + finished + i + 1)
-                # The right neighbour may still have to read what this piece overwrites.
-                wait_until(flags, 2 * n + right, base + ahead[owner] + i + 1)
-                read(self._pids[owner], owner_dst + c_lo * itemsize, dst[c_lo:c_hi])
+        piece = 0
+        while allgather:
+            status, piece, *why = _allgather(
+                flags, rank, right, n, base, piece, self._pid_array, self._addresses,
+                limits, ahead, counted, chunk, dst, self._iov,
+            )  # fmt: skip
+            if status == _DONE:
+                break
+            self._wait_or_raise(status, *why)
         publish(flags, n + rank, call + 1)
         for q in range(n):  # until every rank is done, one may still read this rank's buffers
             wait_until(flags, n + q, call + 1)
         return reduced
+
+    def _wait_or_raise(self, status, first, second, third):
+        """After a compiled loop stopped short: wait for the flag it needs, or raise its error.
+
+        A wait gives (flag, target, 0); a failed read (errno, address, the rank read).
+        """
+        if status == _WAIT:
+            wait_until(self._flags, first, second)
+        else:
+            raise _read_error(first, self._pids[third], second)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(bounds, chunk, rank, size):
+    """Return the pieces' layout of a call cut by ``bounds`` for ``rank``, as arrays.
+
+    That is: every segment's (start, stop); the segments that the left neighbour outputs
+    (which this rank reads), in order; per segment, how many pieces of this rank's own
+    outputs come before it (its right neighbour reads them in that order); the pieces of
+    all segments; and the pieces of this rank's output 0, its own input.
+    """
+    pieces = [-(-(hi - lo) // chunk) for lo, hi in bounds]
+    orders = schedule.outputs(size)
+    mine = orders[rank]
+    ahead = np.zeros(size, np.int64)
+    counted = 0
+    for segment in mine:
+        ahead[segment] = counted
+        counted += pieces[segment]
+    limits = np.array(bounds, np.int64).reshape(size, 2)
+    lefts = np.array(orders[(rank - 1) % size], np.int64)
+    return limits, lefts, ahead, counted, pieces[mine[0]]
+
+
+@njit
+def _reduce_scatter(
+    flags, rank, n, base, start, pid, left_src, left_dst, limits, lefts, first,
+    chunk, scratch, src, dst, op, scale, iov,
+):  # fmt: skip
+    """Run the reduce-scatter from piece ``start`` on; return (status, piece, three details).
+
+    Each piece of the left neighbour's outputs (its input first, then its partial sums) is
+    read into ``scratch`` and reduced with this rank's ``src`` into ``dst``, the last step
+    times ``scale``. Progress flags as in the module docstring.
+    """
+    left = (rank - 1) % n
+    itemsize = src.itemsize
+    j = 0
+    for t in range(n - 1):
+        lo, hi = limits[lefts[t], 0], limits[lefts[t], 1]
+        origin = left_src if t == 0 else left_dst
+        for c_lo in range(lo, hi, chunk):
+            if j >= start:
+                if load(flags, left) < np.uint64(base + j + 1):
+                    return _WAIT, j, np.int64(left), np.int64(base + j + 1), np.int64(0)
+                c_hi = min(c_lo + chunk, hi)
+                piece = scratch[: c_hi - c_lo]
+                address = origin + c_lo * itemsize
+                err = _copy_from(pid, iov, piece.ctypes.data, address, (c_hi - c_lo) * itemsize)
+                if err != 0:
+                    return _FAILED, j, err, np.int64(address), np.int64(left)
+                store(flags, 2 * n + rank, base + j + 1)  # read of the left so far
+                if t == n - 2:
+                    reduce_elements(dst[c_lo:c_hi], src[c_lo:c_hi], piece, op, scale)
+                else:
+                    reduce_elements(dst[c_lo:c_hi], src[c_lo:c_hi], piece, op, None)
+                store(flags, rank, base + first + j + 1)
+            j += 1
+    return _DONE, j, np.int64(0), np.int64(0), np.int64(0)
+
+
+@njit
+def _allgather(
+    flags, rank, right, n, base, start, pids, addresses, limits, ahead, counted, chunk, dst, iov
+):
+    """Run the allgather from piece ``start`` on; return what ``_reduce_scatter`` does.
+
+    Every other rank's finished segment is read, piece by piece, straight into ``dst``.
+    """
+    itemsize = dst.itemsize
+    j = 0
+    for k in range(1, n):
+        owner = (rank + k) % n
+        lo, hi = limits[owner, 0], limits[owner, 1]
+        finished = counted - (hi - lo + chunk - 1) // chunk  # pieces before its last output
+        i = 0
+        for c_lo in range(lo, hi, chunk):
+            if j >= start:
+                needed = base + finished + i + 1
+                if load(flags, owner) < np.uint64(needed):
+                    return _WAIT, j, np.int64(owner), np.int64(needed), np.int64(0)
+                # The right neighbour may still have to read what this piece overwrites.
+                needed = base + ahead[owner] + i + 1
+                if load(flags, 2 * n + right) < np.uint64(needed):
+                    return _WAIT, j, np.int64(2 * n + right), np.int64(needed), np.int64(0)
+                c_hi = min(c_lo + chunk, hi)
+                address = np.int64(addresses[owner, 1]) + c_lo * itemsize
+                local = dst.ctypes.data + np.uint64(c_lo * itemsize)
+                err = _copy_from(pids[owner], iov, local, address, (c_hi - c_lo) * itemsize)
+                if err != 0:
+                    return _FAILED, j, err, address, np.int64(owner)
+            i += 1
+            j += 1
+    return _DONE, j, np.int64(0), np.int64(0), np.int64(0)

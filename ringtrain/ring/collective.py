@@ -101,7 +101,7 @@ class Ring:
             return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)[1]
         if self._through_attach(src, dst):
             call = self.shared.take_call()
-            return self.attach.run(backend, src, dst, op, postscale, bounds, allgather, call)
+            return self.attach.run(src, dst, op, postscale, bounds, allgather, call)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         chunk = max(1, self.chunk_bytes // dst.itemsize)
         last_reduce = self.size - 2

@@ -34,13 +34,15 @@ def _fence(typingctx, ordering):
 
 
 @njit
-def _publish(flags, index, value):
+def store(flags, index, value):
+    """Compiled ``publish``, for compiled callers: store ``value`` after every earlier store."""
     _fence("release")
     flags[index * STRIDE] = value
 
 
 @njit
-def _observe(flags, index):
+def load(flags, index):
+    """Compiled ``observe``, for compiled callers: later loads see what the writer published."""
     value = flags[index * STRIDE]
     _fence("acquire")
     return value
@@ -62,14 +64,14 @@ def publish(flags: np.ndarray, index: int, value: int) -> None:
     if _ORDERED:
         flags[index * STRIDE] = value
     else:
-        _publish(flags, index, np.uint64(value))
+        store(flags, index, np.uint64(value))
 
 
 def observe(flags: np.ndarray, index: int) -> int:
     """Return flag ``index``; what its writer stored before publishing is visible after."""
     if _ORDERED:
         return int(flags[index * STRIDE])
-    return int(_observe(flags, index))
+    return int(load(flags, index))
 
 
 def wait_until(flags: np.ndarray, index: int, target: int) -> None:
