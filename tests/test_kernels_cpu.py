@@ -344,3 +344,12 @@ def test_empty_arrays_start_on_a_64_byte_boundary(shape, dtype):
     assert array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable
     if array.size:
         assert array.ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("step", [1, 2])
+@pytest.mark.parametrize("length", [0, 1, 1025])
+def test_copy_elements_copies_contiguous_and_strided_arrays(length, step):
+    source = np.random.default_rng(length).random(length * step)[::step]
+    out = np.zeros(2 * length)[::step] if step > 1 else np.zeros(length)
+    cpu.copy_elements(out, source)
+    np.testing.assert_array_equal(out, source)

@@ -37,7 +37,7 @@ from numba.core import types
 from ringtrain import kernels
 from ringtrain.kernels.cpu import njit, reduce_elements
 from ringtrain.ring import schedule
-from ringtrain.ring.flags import load, publish, store, wait_until
+from ringtrain.ring.flags import DONE, WAIT, follow, load, publish, store, wait_until
 from ringtrain.ring.shared import SharedRegions
 
 _PROBE = 0x5249_4E47_0000_0000  # "RING": a rank's probe word holds this plus its rank
@@ -53,10 +53,7 @@ _process_vm_readv = types.ExternalFunction(
 )
 _errno_location = types.ExternalFunction("__errno_location", types.CPointer(types.int32)())
 
-# What a compiled loop returns first: it is through, it needs a flag that is not there yet
-# (the caller waits for it in Python, where Ctrl-C still works, and calls again), or a read
-# failed.
-_DONE, _WAIT, _FAILED = 0, 1, 2
+_FAILED = 2  # what a compiled loop returns when a read fails (see ``flags.follow``)
 
 
 @njit
@@ -169,40 +166,23 @@ class AttachRing:
         wait_until(flags, left, base)
         left_src, left_dst = (int(a) for a in self._addresses[left])
         scratch = self._pool.get("attach-scratch", chunk, src.dtype)
-        pid = self._pids[left]
-        piece = 0
-        while True:
-            status, piece, *why = _reduce_scatter(
-                flags, rank, n, base, piece, pid, left_src, left_dst, limits, lefts, first,
-                chunk, scratch, src, dst, op, scale, self._iov,
-            )  # fmt: skip
-            if status == _DONE:
-                break
-            self._wait_or_raise(status, *why)
+        outcome = follow(
+            _reduce_scatter, flags, rank, n, base, self._pids[left], left_src, left_dst,
+            limits, lefts, first, chunk, scratch, src, dst, op, scale, self._iov,
+        )  # fmt: skip
         reduced = time.perf_counter_ns()
-        piece = 0
-        while allgather:
-            status, piece, *why = _allgather(
-                flags, rank, right, n, base, piece, self._pid_array, self._addresses,
+        if outcome[0] == DONE and allgather:
+            outcome = follow(
+                _allgather, flags, rank, right, n, base, self._pid_array, self._addresses,
                 limits, ahead, counted, chunk, dst, self._iov,
             )  # fmt: skip
-            if status == _DONE:
-                break
-            self._wait_or_raise(status, *why)
+        if outcome[0] == _FAILED:
+            err, address, owner = outcome[1:]
+            raise _read_error(err, self._pids[owner], address)
         publish(flags, n + rank, call + 1)
         for q in range(n):  # until every rank is done, one may still read this rank's buffers
             wait_until(flags, n + q, call + 1)
         return reduced
-
-    def _wait_or_raise(self, status, first, second, third):
-        """After a compiled loop stopped short: wait for the flag it needs, or raise its error.
-
-        A wait gives (flag, target, 0); a failed read (errno, address, the rank read).
-        """
-        if status == _WAIT:
-            wait_until(self._flags, first, second)
-        else:
-            raise _read_error(first, self._pids[third], second)
 
 
 @functools.lru_cache(maxsize=64)
@@ -229,11 +209,12 @@ def _layout(bounds, chunk, rank, size):
 
 @njit
 def _reduce_scatter(
-    flags, rank, n, base, start, pid, left_src, left_dst, limits, lefts, first,
-    chunk, scratch, src, dst, op, scale, iov,
+    flags, rank, n, base, pid, left_src, left_dst, limits, lefts, first,
+    chunk, scratch, src, dst, op, scale, iov, start,
 ):  # fmt: skip
-    """Run the reduce-scatter from piece ``start`` on; return (status, piece, three details).
+    """Run the reduce-scatter from piece ``start`` on, as ``flags.follow`` calls it.
 
+    A failed read returns (_FAILED, piece, errno, address, the rank read).
     Each piece of the left neighbour's outputs (its input first, then its partial sums) is
     read into ``scratch`` and reduced with this rank's ``src`` into ``dst``, the last step
     times ``scale``. Progress flags as in the module docstring.
@@ -247,7 +228,7 @@ def _reduce_scatter(
         for c_lo in range(lo, hi, chunk):
             if j >= start:
                 if load(flags, left) < np.uint64(base + j + 1):
-                    return _WAIT, j, np.int64(left), np.int64(base + j + 1), np.int64(0)
+                    return WAIT, j, np.int64(left), np.int64(base + j + 1), np.int64(0)
                 c_hi = min(c_lo + chunk, hi)
                 piece = scratch[: c_hi - c_lo]
                 address = origin + c_lo * itemsize
@@ -261,12 +242,12 @@ def _reduce_scatter(
                     reduce_elements(dst[c_lo:c_hi], src[c_lo:c_hi], piece, op, None)
                 store(flags, rank, base + first + j + 1)
             j += 1
-    return _DONE, j, np.int64(0), np.int64(0), np.int64(0)
+    return DONE, j, np.int64(0), np.int64(0), np.int64(0)
 
 
 @njit
 def _allgather(
-    flags, rank, right, n, base, start, pids, addresses, limits, ahead, counted, chunk, dst, iov
+    flags, rank, right, n, base, pids, addresses, limits, ahead, counted, chunk, dst, iov, start
 ):
     """Run the allgather from piece ``start`` on; return what ``_reduce_scatter`` does.
 
@@ -283,11 +264,11 @@ def _allgather(
             if j >= start:
                 needed = base + finished + i + 1
                 if load(flags, owner) < np.uint64(needed):
-                    return _WAIT, j, np.int64(owner), np.int64(needed), np.int64(0)
+                    return WAIT, j, np.int64(owner), np.int64(needed), np.int64(0)
                 # The right neighbour may still have to read what this piece overwrites.
                 needed = base + ahead[owner] + i + 1
                 if load(flags, 2 * n + right) < np.uint64(needed):
-                    return _WAIT, j, np.int64(2 * n + right), np.int64(needed), np.int64(0)
+                    return WAIT, j, np.int64(2 * n + right), np.int64(needed), np.int64(0)
                 c_hi = min(c_lo + chunk, hi)
                 address = np.int64(addresses[owner, 1]) + c_lo * itemsize
                 local = dst.ctypes.data + np.uint64(c_lo * itemsize)
@@ -296,4 +277,4 @@ def _allgather(
                     return _FAILED, j, err, address, np.int64(owner)
             i += 1
             j += 1
-    return _DONE, j, np.int64(0), np.int64(0), np.int64(0)
+    return DONE, j, np.int64(0), np.int64(0), np.int64(0)

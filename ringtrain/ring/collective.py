@@ -78,8 +78,7 @@ class Ring:
         """
         if self._through_shared(src):
             bounds = _even_bounds(len(src), self.size)
-            backend = kernels.backend_for(src)
-            return self.shared.run(backend, src, None, op, postscale, bounds, True, new, read_only)
+            return self.shared.run(src, None, op, postscale, bounds, True, new, read_only)
         result = new(len(src))
         return result, self.allreduce(src, result, op, postscale)
 
@@ -98,7 +97,7 @@ class Ring:
                 backend.pack([src], dst, [0], postscale)
             return time.perf_counter_ns()
         if self._through_shared(src):
-            return self.shared.run(backend, src, dst, op, postscale, bounds, allgather)[1]
+            return self.shared.run(src, dst, op, postscale, bounds, allgather)[1]
         if self._through_attach(src, dst):
             call = self.shared.take_call()
             return self.attach.run(src, dst, op, postscale, bounds, allgather, call)

@@ -82,3 +82,23 @@ def wait_until(flags: np.ndarray, index: int, target: int) -> None:
     """
     while observe(flags, index) < target:
         os.sched_yield()  # for ranks that share cores; it costs little where none waits
+
+
+# What a compiled loop over flags returns first (see ``follow``).
+DONE, WAIT = 0, 1
+
+
+def follow(loop, flags, *args):
+    """Run compiled ``loop(flags, *args, start)`` to its end; return its last outcome.
+
+    Such a loop works through its steps from step ``start`` and returns (status, step, a, b,
+    c). With status WAIT, flag ``a`` has not reached ``b`` before step ``step``: this waits
+    for it here in Python, where Ctrl-C still works, and calls the loop again from that step.
+    Any other status ends it, and (status, a, b, c) is returned: DONE, or the loop's own.
+    """
+    start = 0
+    while True:
+        status, start, a, b, c = loop(flags, *args, start)
+        if status != WAIT:
+            return status, a, b, c
+        wait_until(flags, a, b)

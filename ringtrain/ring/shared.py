@@ -34,9 +34,11 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ringtrain import kernels
 from ringtrain.buffers import aligned_size
+from ringtrain.kernels.cpu import copy_elements, njit, reduce_elements
 from ringtrain.ring import schedule
-from ringtrain.ring.flags import flag_words, publish, wait_until
+from ringtrain.ring.flags import DONE, WAIT, flag_words, follow, load, publish, store, wait_until
 from ringtrain.ring.results import SharedResults
 
 _DIRECTORY = "/dev/shm"
@@ -57,7 +59,8 @@ class SharedRegions:
         self.capacity = capacity
         self._stride = aligned_size(capacity)  # each region starts aligned
         size = comm.Get_size()
-        votes_at = 2 * self._stride * size
+        self._rows = 2 * size  # regions
+        votes_at = self._rows * self._stride
         flags_at = votes_at + aligned_size(2 * size)
         addresses_at = flags_at + aligned_size(8 * flag_words(3 * size))
         results_at = addresses_at + aligned_size(16 * size)
@@ -94,7 +97,7 @@ class SharedRegions:
                     "segment as an MPI message instead\n"
                 )
         self._bytes = np.frombuffer(self._map, np.uint8) if self._map is not None else None
-        self._views = {}  # (rank, half, dtype) -> the whole region as that dtype
+        self._tables = {}  # dtype -> every region as one row of that dtype
         self.votes = None  # [half, rank]: 1 where that rank may take the call's result place
         # Each rank's progress (flag rank), finished calls (size + rank), and how far it has
         # read its left neighbour's buffers (2 size + rank; ``ringtrain.ring.attach``).
@@ -109,16 +112,17 @@ class SharedRegions:
             if result_bytes > 0:
                 self.results = SharedResults(memoryview(self._map)[results_at:total])
 
-    def region(self, rank: int, half: int, count: int, dtype) -> np.ndarray:
-        """Return ``count`` elements of ``dtype`` at the start of ``rank``'s region ``half``."""
-        key = (rank, half, dtype)
-        view = self._views.get(key)
-        if view is None:
-            start = (2 * rank + half) * self._stride
-            itemsize = np.dtype(dtype).itemsize
-            view = self._bytes[start : start + self.capacity // itemsize * itemsize].view(dtype)
-            self._views[key] = view
-        return view[:count]
+    def table(self, dtype) -> np.ndarray:
+        """Return every region as a row of ``dtype`` elements: rank q's half h is row 2 q + h.
+
+        A row may run past its region's capacity into alignment padding; use no more.
+        """
+        table = self._tables.get(dtype)
+        if table is None:
+            whole = self._bytes[: self._rows * self._stride]
+            table = whole.view(dtype).reshape(self._rows, -1)
+            self._tables[dtype] = table
+        return table
 
 
 class SharedRing:
@@ -134,7 +138,8 @@ class SharedRing:
         # in that call (calls count from 0): it only grows, no count passes for a later call's,
         # and it overflows only after 2**63 / capacity calls.
         self._shift = regions.capacity.bit_length()
-        self._outputs = schedule.outputs(self.size)  # the first one is copied in
+        # Per rank, the segments it outputs in order (the first one is copied in).
+        self._orders = np.array(schedule.outputs(self.size), np.int64)
 
     def fits(self, count: int, dtype) -> bool:
         """Return True if ``count`` elements of ``dtype`` fit a region."""
@@ -145,7 +150,7 @@ class SharedRing:
         call, self._calls = self._calls, self._calls + 1
         return call
 
-    def run(self, backend, src, dst, op, postscale, bounds, allgather, new=None, read_only=False):
+    def run(self, src, dst, op, postscale, bounds, allgather, new=None, read_only=False):
         """Reduce ``src`` into ``dst`` as ``Ring`` does; return the result and its time.
 
         The time is when the reduce-scatter ended. ``dst[bounds[rank]]`` gets this rank's
@@ -160,10 +165,7 @@ class SharedRing:
         if call >= 2:  # nobody may still read this half of the regions from two calls ago
             for q in range(n):
                 wait_until(flags, n + q, call - 1)
-        regions = [self._regions.region(q, half, len(src), src.dtype) for q in range(n)]
-        mine, left = regions[rank], regions[(rank - 1) % n]
         base = (call + 1) << self._shift  # above anything an earlier call published, and 0
-        pieces = _pieces(tuple(bounds), max(1, CHUNK_BYTES // src.itemsize))
         results = self._regions.results
         voting = allgather and results is not None
         vote = False
@@ -186,52 +188,100 @@ class SharedRing:
             dst = results.take(place, len(src), src.dtype)
         elif dst is None:
             dst = new(len(src))
-        published = 0
-        outputs = self._outputs[rank]
-        for c_lo, c_hi in pieces[outputs[0]]:
-            mine[c_lo:c_hi] = src[c_lo:c_hi]
-            published += c_hi - c_lo
-            publish(flags, rank, base + published)
-        # Reduce-scatter: what the left neighbour published as its output t is this rank's
-        # output t + 1, once this rank's own contribution is added.
-        lefts = self._outputs[(rank - 1) % n]
-        left_published = 0
-        last = n - 2
-        for t in range(n - 1):
-            lo, hi = bounds[lefts[t]]
-            for c_lo, c_hi in pieces[lefts[t]]:
-                wait_until(flags, (rank - 1) % n, base + left_published + c_hi - lo)
-                if t < last or (allgather and not shared):
-                    scale = postscale if t == last else 1.0
-                    backend.reduce(mine[c_lo:c_hi], src[c_lo:c_hi], left[c_lo:c_hi], op, scale)
-                    if t == last and allgather:
-                        dst[c_lo:c_hi] = mine[c_lo:c_hi]  # this rank's own, while in cache
-                else:
-                    backend.reduce(dst[c_lo:c_hi], src[c_lo:c_hi], left[c_lo:c_hi], op, postscale)
-                published += c_hi - c_lo
-                publish(flags, rank, base + published)
-            left_published += hi - lo
+        op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
+        table = self._regions.table(src.dtype)
+        limits = _limits(tuple(bounds))
+        chunk = max(1, CHUNK_BYTES // src.itemsize)
+        follow(
+            _reduce_scatter, flags, rank, n, base, limits, self._orders, chunk,
+            src, dst, table, half, op, scale, not allgather or shared,
+        )  # fmt: skip
         reduced = time.perf_counter_ns()
-        if allgather:
-            # Each rank's finished segment is its last output: read it once it is published.
-            total = len(src)
-            for k in range(1, n):
-                owner = (rank + k) % n
-                if shared:  # read in place: wait for the whole of it
-                    wait_until(flags, owner, base + total)
-                    continue
-                lo, hi = bounds[owner]
-                before = total - (hi - lo)
-                for c_lo, c_hi in pieces[owner]:
-                    wait_until(flags, owner, base + before + c_hi - lo)
-                    dst[c_lo:c_hi] = regions[owner][c_lo:c_hi]
-            if shared:
-                dst.flags.writeable = False
+        if allgather and shared:  # every rank reads the result in place: wait for all of it
+            for q in range(n):
+                wait_until(flags, q, base + len(src))
+            dst.flags.writeable = False
+        elif allgather:
+            follow(_allgather, flags, rank, n, base, limits, chunk, dst, table, half)
         publish(flags, n + rank, call + 1)
         return dst, reduced
 
 
 @functools.lru_cache(maxsize=256)
-def _pieces(bounds, chunk):
-    """Return each segment of ``bounds`` cut into chunks, kept for the layouts seen lately."""
-    return tuple(schedule.chunks(lo, hi, chunk) for lo, hi in bounds)
+def _limits(bounds):
+    """Return ``bounds`` as an array of (start, stop) rows, kept for the layouts seen lately."""
+    return np.array(bounds, np.int64).reshape(len(bounds), 2)
+
+
+@njit
+def _reduce_scatter(
+    flags, rank, n, base, limits, orders, chunk, src, dst, table, half, op, scale, into_dst,
+    start,
+):  # fmt: skip
+    """Run the copy-in and the reduce-scatter from chunk ``start`` on (see ``flags.follow``).
+
+    This rank copies its input's share of its output 0 into its region, then reduces each
+    output of its left neighbour with its own input into its next one. The last, its own
+    segment, goes times ``scale`` into ``dst`` when ``into_dst``, else into its region and
+    from there into ``dst``. Progress counts elements, published after each chunk.
+    """
+    left = (rank - 1) % n
+    mine, theirs = table[2 * rank + half], table[2 * left + half]
+    step, published = 0, 0
+    lo, hi = limits[orders[rank, 0], 0], limits[orders[rank, 0], 1]
+    for c_lo in range(lo, hi, chunk):
+        c_hi = min(c_lo + chunk, hi)
+        if step >= start:
+            copy_elements(mine[c_lo:c_hi], src[c_lo:c_hi])
+            store(flags, rank, base + published + c_hi - c_lo)
+        published += c_hi - c_lo
+        step += 1
+    # What the left neighbour published as its output t is this rank's output t + 1, once
+    # this rank's own contribution is added.
+    left_published = 0
+    for t in range(n - 1):
+        lo, hi = limits[orders[left, t], 0], limits[orders[left, t], 1]
+        for c_lo in range(lo, hi, chunk):
+            c_hi = min(c_lo + chunk, hi)
+            if step >= start:
+                needed = base + left_published + c_hi - lo
+                if load(flags, left) < np.uint64(needed):
+                    return WAIT, step, np.int64(left), np.int64(needed), np.int64(0)
+                a, b = src[c_lo:c_hi], theirs[c_lo:c_hi]
+                if t < n - 2:
+                    reduce_elements(mine[c_lo:c_hi], a, b, op, None)
+                elif into_dst:
+                    reduce_elements(dst[c_lo:c_hi], a, b, op, scale)
+                else:
+                    reduce_elements(mine[c_lo:c_hi], a, b, op, scale)
+                    copy_elements(dst[c_lo:c_hi], mine[c_lo:c_hi])  # its own, while in cache
+                store(flags, rank, base + published + c_hi - c_lo)
+            published += c_hi - c_lo
+            step += 1
+        left_published += hi - lo
+    return DONE, step, np.int64(0), np.int64(0), np.int64(0)
+
+
+@njit
+def _allgather(flags, rank, n, base, limits, chunk, dst, table, half, start):
+    """Copy every other rank's finished segment from its region into ``dst``, chunk by chunk.
+
+    From chunk ``start`` on, as ``flags.follow`` calls it. A rank's finished segment is its
+    last output: it is read once published.
+    """
+    total = len(dst)
+    step = 0
+    for k in range(1, n):
+        owner = (rank + k) % n
+        lo, hi = limits[owner, 0], limits[owner, 1]
+        before = total - (hi - lo)
+        region = table[2 * owner + half]
+        for c_lo in range(lo, hi, chunk):
+            c_hi = min(c_lo + chunk, hi)
+            if step >= start:
+                needed = base + before + c_hi - lo
+                if load(flags, owner) < np.uint64(needed):
+                    return WAIT, step, np.int64(owner), np.int64(needed), np.int64(0)
+                copy_elements(dst[c_lo:c_hi], region[c_lo:c_hi])
+            step += 1
+    return DONE, step, np.int64(0), np.int64(0), np.int64(0)

@@ -13,7 +13,6 @@ from common import assert_equal, expected, main, rank_data
 from mpi4py import MPI
 
 import ringtrain
-from ringtrain.kernels import cpu
 from ringtrain.ring.schedule import segment_bounds
 from ringtrain.ring.shared import SharedRegions, SharedRing
 
@@ -30,7 +29,7 @@ def body():
     results = []
     for k in range(calls):
         dst = np.zeros(3, np.float32)
-        ring.run(cpu, rank_data(r, (3,), np.float32, k), dst, ringtrain.Sum, 1.0, bounds, False)
+        ring.run(rank_data(r, (3,), np.float32, k), dst, ringtrain.Sum, 1.0, bounds, False)
         results.append(dst.copy())
     for k, got in enumerate(results):
         want = expected(ringtrain.Sum, [rank_data(i, (3,), np.float32, k) for i in range(n)], "f4")
@@ -40,7 +39,7 @@ def body():
     for k, length in enumerate([1, 7, 300_001]):
         src = rank_data(r, (length,), np.float32, 10 + k)
         dst = np.empty(length, np.float32)
-        ring.run(cpu, src, dst, ringtrain.Sum, 1.0, segment_bounds(length, n), True)
+        ring.run(src, dst, ringtrain.Sum, 1.0, segment_bounds(length, n), True)
         want = [rank_data(i, (length,), np.float32, 10 + k) for i in range(n)]
         assert_equal(dst, expected(ringtrain.Sum, want, np.float32), f"allreduce {length}")
     comm.Free()
