@@ -33,10 +33,15 @@ def test_equivalence_optimizers_callbacks_saving_one_inter_op_thread(tmp_path):
     _check("check_tf_train.py", 2, "--inter-op", "1", "--dir", tmp_path, timeout=300)
 
 
-def test_backprop_overlaps_the_exchange_two_inter_op_threads(tmp_path):
+@pytest.mark.parametrize("inter_op", [1, 2])
+def test_backprop_overlaps_the_exchange(tmp_path, inter_op):
     timeline = str(tmp_path / "timeline-{rank}.json")
     result = _check(
-        "check_tf_overlap.py", 2, "--inter-op", "2", env={"RINGTRAIN_TIMELINE": timeline}
+        "check_tf_overlap.py",
+        2,
+        "--inter-op",
+        str(inter_op),
+        env={"RINGTRAIN_TIMELINE": timeline},
     )
     assert result.stdout.count("overlapped steps") == 2, result.stdout
 

@@ -31,12 +31,17 @@ def _check_traceable(what):
 
 
 @tf.autograph.experimental.do_not_convert
-def enqueue(start, inputs, what: str, count=None):
+def enqueue(start, inputs, what: str, count=None, ordered=True):
     """Return a scalar int64 token op that calls ``start(*arrays)`` and does not wait.
 
     ``start`` submits to the engine and returns a handle (or a list of handles, synchronized
     together). With ``count``, it returns ``count`` handles, and this returns a list of
     ``count`` tokens, one per handle, from the one op.
+
+    Inside ``tf.function``, TensorFlow runs stateful ops such as this one in the order the
+    program made them. With ``ordered`` False the op runs as soon as its inputs are in
+    instead (``_run_independently``): for a step's gradients, whose order in backprop is
+    TensorFlow's to choose.
     """
     _check_traceable(what)
 
@@ -49,10 +54,29 @@ def enqueue(start, inputs, what: str, count=None):
         return np.int64(tokens[0]) if count is None else np.array(tokens, np.int64)
 
     out = tf.numpy_function(_enqueue, list(inputs), tf.int64, stateful=True, name="rt_enqueue")
+    if not ordered:
+        _run_independently(out)
     if count is None:
         return out
     out.set_shape([count])
     return tf.unstack(out, num=count)
+
+
+def _run_independently(output):
+    """Exempt the stateful op of ``output`` from ``tf.function``'s program order; it still runs.
+
+    TensorFlow orders a function's stateful ops without resource inputs in program order.
+    A step's gradient hand-overs then wait for each other, and at one inter-op thread all of
+    them ran after the whole of backprop (docs/benchmarks.md). The graph's automatic control
+    dependencies can let an op run as soon as its inputs are in; where there is no such
+    manager (eagerly, or in a graph without one), nothing changes. Unlike a stateless op,
+    a stateful one is never run by constant folding while the graph is optimized.
+    """
+    if tf.executing_eagerly():
+        return  # the op has run already
+    manager = getattr(tf.compat.v1.get_default_graph(), "experimental_acd_manager", None)
+    if manager is not None:
+        manager.run_independently(output.op)
 
 
 def _result(handle, describe, finish):

@@ -197,13 +197,13 @@ def _run(plans, labels, site):
                 manifest_start = members[0][1].start(manifest_name)
             starts.insert(0, manifest_start)
             tensors.insert(0, tf.constant(codes))
-        tokens = bridge.enqueue(_each(starts), tensors, site, count=len(starts))
+        tokens = bridge.enqueue(_each(starts), tensors, site, count=len(starts), ordered=False)
         if manifest is None:
             manifest = tokens.pop(0)
         for (_, part), token in zip(members, tokens, strict=True):
             part.token = token
     if manifest is None:
-        manifest = bridge.enqueue(manifest_start, [tf.constant(codes)], site)
+        manifest = bridge.enqueue(manifest_start, [tf.constant(codes)], site, ordered=False)
     # One op waits for every result, the manifest first: a TensorFlow thread blocks once
     # per step, and only after the last enqueue, whose token is one of its inputs.
     results = bridge.synchronize_each(
