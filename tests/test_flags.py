@@ -1,7 +1,9 @@
 """Progress flags: counts land one per cache line, and a wait returns once a count is reached."""
 
 import threading
+import time
 
+import numba
 import numpy as np
 
 from ringtrain.ring import flags
@@ -38,3 +40,33 @@ def test_wait_until_returns_once_another_thread_publishes_enough():
     flags.publish(words, 0, 3)
     assert done.wait(10), "did not return once the count reached its target"
     thread.join()
+
+
+@numba.njit
+def _note_counts(words, out, start):
+    """At step k, note flag 0 once it has reached k + 1 (a compiled loop for follow)."""
+    for step in range(start, len(out)):
+        if not flags.reached(words, 0, step + 1):
+            return flags.waiting(step, 0, step + 1)
+        out[step] = flags.load(words, 0)
+    return flags.through(len(out))
+
+
+def test_follow_waits_in_python_and_resumes_a_compiled_loop_where_it_stopped():
+    words = np.zeros(flags.flag_words(1), np.uint64)
+    out = np.zeros(5, np.int64)
+    flags.publish(words, 0, 2)  # the first two steps may run at once
+
+    def publisher():
+        for count in range(3, 6):
+            time.sleep(0.05)
+            flags.publish(words, 0, count)
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    outcome = flags.follow(_note_counts, words, out)
+    thread.join()
+    assert outcome == (flags.DONE, 0, 0, 0)
+    # Each step ran once, and only after its count was published.
+    assert all(out[k] >= k + 1 for k in range(5)), out
+    assert out.tolist() == sorted(out.tolist()), out

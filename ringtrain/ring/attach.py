@@ -37,7 +37,16 @@ from numba.core import types
 from ringtrain import kernels
 from ringtrain.kernels.cpu import njit, reduce_elements
 from ringtrain.ring import schedule
-from ringtrain.ring.flags import DONE, WAIT, follow, load, publish, store, wait_until
+from ringtrain.ring.flags import (
+    DONE,
+    follow,
+    publish,
+    reached,
+    store,
+    through,
+    wait_until,
+    waiting,
+)
 from ringtrain.ring.shared import SharedRegions
 
 _PROBE = 0x5249_4E47_0000_0000  # "RING": a rank's probe word holds this plus its rank
@@ -227,8 +236,8 @@ def _reduce_scatter(
         origin = left_src if t == 0 else left_dst
         for c_lo in range(lo, hi, chunk):
             if j >= start:
-                if load(flags, left) < np.uint64(base + j + 1):
-                    return WAIT, j, np.int64(left), np.int64(base + j + 1), np.int64(0)
+                if not reached(flags, left, base + j + 1):
+                    return waiting(j, left, base + j + 1)
                 c_hi = min(c_lo + chunk, hi)
                 piece = scratch[: c_hi - c_lo]
                 address = origin + c_lo * itemsize
@@ -242,7 +251,7 @@ def _reduce_scatter(
                     reduce_elements(dst[c_lo:c_hi], src[c_lo:c_hi], piece, op, None)
                 store(flags, rank, base + first + j + 1)
             j += 1
-    return DONE, j, np.int64(0), np.int64(0), np.int64(0)
+    return through(j)
 
 
 @njit
@@ -262,13 +271,11 @@ def _allgather(
         i = 0
         for c_lo in range(lo, hi, chunk):
             if j >= start:
-                needed = base + finished + i + 1
-                if load(flags, owner) < np.uint64(needed):
-                    return WAIT, j, np.int64(owner), np.int64(needed), np.int64(0)
+                if not reached(flags, owner, base + finished + i + 1):
+                    return waiting(j, owner, base + finished + i + 1)
                 # The right neighbour may still have to read what this piece overwrites.
-                needed = base + ahead[owner] + i + 1
-                if load(flags, 2 * n + right) < np.uint64(needed):
-                    return WAIT, j, np.int64(2 * n + right), np.int64(needed), np.int64(0)
+                if not reached(flags, 2 * n + right, base + ahead[owner] + i + 1):
+                    return waiting(j, 2 * n + right, base + ahead[owner] + i + 1)
                 c_hi = min(c_lo + chunk, hi)
                 address = np.int64(addresses[owner, 1]) + c_lo * itemsize
                 local = dst.ctypes.data + np.uint64(c_lo * itemsize)
@@ -277,4 +284,4 @@ def _allgather(
                     return _FAILED, j, err, address, np.int64(owner)
             i += 1
             j += 1
-    return DONE, j, np.int64(0), np.int64(0), np.int64(0)
+    return through(j)

@@ -88,6 +88,24 @@ def wait_until(flags: np.ndarray, index: int, target: int) -> None:
 DONE, WAIT = 0, 1
 
 
+@njit
+def reached(flags, index, target):
+    """Compiled: return True if flag ``index`` is at least ``target`` (its data visible)."""
+    return load(flags, index) >= np.uint64(target)
+
+
+@njit
+def waiting(step, index, target):
+    """Compiled: the outcome by which a loop asks ``follow`` to wait, then resume at ``step``."""
+    return WAIT, np.int64(step), np.int64(index), np.int64(target), np.int64(0)
+
+
+@njit
+def through(step):
+    """Compiled: the outcome of a loop that has run its last step, ``step`` - 1."""
+    return DONE, np.int64(step), np.int64(0), np.int64(0), np.int64(0)
+
+
 def follow(loop, flags, *args):
     """Run compiled ``loop(flags, *args, start)`` to its end; return its last outcome.
 

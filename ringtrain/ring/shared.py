@@ -38,7 +38,16 @@ from ringtrain import kernels
 from ringtrain.buffers import aligned_size
 from ringtrain.kernels.cpu import copy_elements, njit, reduce_elements
 from ringtrain.ring import schedule
-from ringtrain.ring.flags import DONE, WAIT, flag_words, follow, load, publish, store, wait_until
+from ringtrain.ring.flags import (
+    flag_words,
+    follow,
+    publish,
+    reached,
+    store,
+    through,
+    wait_until,
+    waiting,
+)
 from ringtrain.ring.results import SharedResults
 
 _DIRECTORY = "/dev/shm"
@@ -245,8 +254,8 @@ def _reduce_scatter(
             c_hi = min(c_lo + chunk, hi)
             if step >= start:
                 needed = base + left_published + c_hi - lo
-                if load(flags, left) < np.uint64(needed):
-                    return WAIT, step, np.int64(left), np.int64(needed), np.int64(0)
+                if not reached(flags, left, needed):
+                    return waiting(step, left, needed)
                 a, b = src[c_lo:c_hi], theirs[c_lo:c_hi]
                 if t < n - 2:
                     reduce_elements(mine[c_lo:c_hi], a, b, op, None)
@@ -259,7 +268,7 @@ def _reduce_scatter(
             published += c_hi - c_lo
             step += 1
         left_published += hi - lo
-    return DONE, step, np.int64(0), np.int64(0), np.int64(0)
+    return through(step)
 
 
 @njit
@@ -280,8 +289,8 @@ def _allgather(flags, rank, n, base, limits, chunk, dst, table, half, start):
             c_hi = min(c_lo + chunk, hi)
             if step >= start:
                 needed = base + before + c_hi - lo
-                if load(flags, owner) < np.uint64(needed):
-                    return WAIT, step, np.int64(owner), np.int64(needed), np.int64(0)
+                if not reached(flags, owner, needed):
+                    return waiting(step, owner, needed)
                 copy_elements(dst[c_lo:c_hi], region[c_lo:c_hi])
             step += 1
-    return DONE, step, np.int64(0), np.int64(0), np.int64(0)
+    return through(step)
