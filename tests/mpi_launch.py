@@ -11,13 +11,16 @@ from ringtrain.runner.locate import find_mpirun
 SCRIPTS = Path(__file__).parent / "mpi"
 
 
-def run(script: str, np: int, *args, timeout: float = 120, env: dict | None = None):
-    """Run tests/mpi/``script`` on ``np`` ranks; return the CompletedProcess (text output)."""
+def run(script: str, np: int, *args, timeout: float = 120, env: dict | None = None, prefix=()):
+    """Run tests/mpi/``script`` on ``np`` ranks; return the CompletedProcess (text output).
+
+    ``prefix``: a command that each rank's Python starts under (``setpriv ...``).
+    """
     command = [
         find_mpirun(),
         "-np", str(np),
         "--oversubscribe", "--bind-to", "none",
-        sys.executable, str(SCRIPTS / script), *map(str, args),
+        *prefix, sys.executable, str(SCRIPTS / script), *map(str, args),
     ]  # fmt: skip
     full_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     full_env["PYTHONPATH"] = os.pathsep.join(
@@ -28,9 +31,9 @@ def run(script: str, np: int, *args, timeout: float = 120, env: dict | None = No
     return result
 
 
-def check(script: str, np: int, *args, timeout: float = 120, env: dict | None = None):
+def check(script: str, np: int, *args, timeout: float = 120, env: dict | None = None, prefix=()):
     """Run like ``run`` and fail the test, with the output, unless every rank exited 0."""
-    result = run(script, np, *args, timeout=timeout, env=env)
+    result = run(script, np, *args, timeout=timeout, env=env, prefix=prefix)
     assert result.returncode == 0, (
         f"{script} on {np} ranks exited {result.returncode}\n"
         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"

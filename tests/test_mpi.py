@@ -2,7 +2,10 @@
 
 import glob
 import json
+import os
 import re
+import shutil
+import sys
 
 import pytest
 from mpi_launch import check, run
@@ -48,6 +51,25 @@ def test_the_shared_ring_when_ranks_run_ahead(np):
 @pytest.mark.parametrize("np", WORLDS)
 def test_the_ring_that_reads_peers_buffers_in_place(np):
     check("check_attach_ring.py", np, timeout=240)
+
+
+def _without_ptrace():
+    """Return a command prefix that starts a process without CAP_SYS_PTRACE, or None."""
+    if os.geteuid() != 0:
+        return []  # an unprivileged process has no such capability to drop
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    return [setpriv, "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cross-memory attach is Linux's")
+@pytest.mark.parametrize("np", [2, 3])
+def test_ranks_that_may_not_read_each_other_send_large_calls_as_messages(np):
+    prefix = _without_ptrace()
+    if prefix is None:
+        pytest.skip("running as root without setpriv (util-linux) to drop CAP_SYS_PTRACE")
+    check("check_attach_refused.py", np, prefix=prefix)
 
 
 @pytest.mark.parametrize("np", [2, 4])
