@@ -22,6 +22,9 @@ where every rank writes its finished segment and then reads the whole result in 
 allgather copies. It does so when every rank asked for a new, read-only result and holds
 nothing at the call's place; each rank writes its vote beside the regions before it
 publishes that it has begun the call, and every rank reads the votes once all have begun.
+
+The loops over the chunks are compiled (numba, without the GIL); they return to Python to
+wait for a flag (``flags.follow``).
 """
 
 import functools
