@@ -47,7 +47,7 @@ from ringtrain.ring.flags import (
     wait_until,
     waiting,
 )
-from ringtrain.ring.shared import SharedRegions
+from ringtrain.ring.shared import SharedRegions, limits_of
 
 _PROBE = 0x5249_4E47_0000_0000  # "RING": a rank's probe word holds this plus its rank
 # A rank reads and reduces pieces of this many bytes: small enough that a piece and its
@@ -169,7 +169,7 @@ class AttachRing:
         base = (call + 1) << self._shift
         left, right = (rank - 1) % n, (rank + 1) % n
         chunk = max(1, PIECE_BYTES // src.itemsize)
-        limits, lefts, ahead, counted, first = _layout(tuple(bounds), chunk, rank, n)
+        limits, pieces, lefts, ahead, counted, first = _layout(tuple(bounds), chunk, rank, n)
         self._addresses[rank] = (src.ctypes.data, dst.ctypes.data)
         publish(flags, rank, base + first)  # begun: addresses and output 0 are ready
         wait_until(flags, left, base)
@@ -183,7 +183,7 @@ class AttachRing:
         if outcome[0] == DONE and allgather:
             outcome = follow(
                 _allgather, flags, rank, right, n, base, self._pid_array, self._addresses,
-                limits, ahead, counted, chunk, dst, self._iov,
+                limits, pieces, ahead, counted, chunk, dst, self._iov,
             )  # fmt: skip
         if outcome[0] == _FAILED:
             err, address, owner = outcome[1:]
@@ -198,22 +198,22 @@ class AttachRing:
 def _layout(bounds, chunk, rank, size):
     """Return the pieces' layout of a call cut by ``bounds`` for ``rank``, as arrays.
 
-    That is: every segment's (start, stop); the segments that the left neighbour outputs
-    (which this rank reads), in order; per segment, how many pieces of this rank's own
-    outputs come before it (its right neighbour reads them in that order); the pieces of
-    all segments; and the pieces of this rank's output 0, its own input.
+    That is: every segment's (start, stop) and its number of pieces; the segments that the
+    left neighbour outputs (which this rank reads), in order; per segment, how many pieces
+    of this rank's own outputs come before it (its right neighbour reads them in that
+    order); the pieces of all segments; and the pieces of this rank's output 0, its input.
     """
-    pieces = [-(-(hi - lo) // chunk) for lo, hi in bounds]
+    limits = limits_of(bounds)
+    pieces = -(-(limits[:, 1] - limits[:, 0]) // chunk)
     orders = schedule.outputs(size)
     mine = orders[rank]
     ahead = np.zeros(size, np.int64)
     counted = 0
     for segment in mine:
         ahead[segment] = counted
-        counted += pieces[segment]
-    limits = np.array(bounds, np.int64).reshape(size, 2)
+        counted += int(pieces[segment])
     lefts = np.array(orders[(rank - 1) % size], np.int64)
-    return limits, lefts, ahead, counted, pieces[mine[0]]
+    return limits, pieces, lefts, ahead, counted, int(pieces[mine[0]])
 
 
 @njit
@@ -223,10 +223,10 @@ def _reduce_scatter(
 ):  # fmt: skip
     """Run the reduce-scatter from piece ``start`` on, as ``flags.follow`` calls it.
 
-    A failed read returns (_FAILED, piece, errno, address, the rank read).
     Each piece of the left neighbour's outputs (its input first, then its partial sums) is
     read into ``scratch`` and reduced with this rank's ``src`` into ``dst``, the last step
-    times ``scale``. Progress flags as in the module docstring.
+    times ``scale``. Progress flags as in the module docstring. A failed read returns
+    (_FAILED, piece, errno, address, the rank read).
     """
     left = (rank - 1) % n
     itemsize = src.itemsize
@@ -256,8 +256,9 @@ def _reduce_scatter(
 
 @njit
 def _allgather(
-    flags, rank, right, n, base, pids, addresses, limits, ahead, counted, chunk, dst, iov, start
-):
+    flags, rank, right, n, base, pids, addresses, limits, pieces, ahead, counted, chunk, dst, iov,
+    start,
+):  # fmt: skip
     """Run the allgather from piece ``start`` on; return what ``_reduce_scatter`` does.
 
     Every other rank's finished segment is read, piece by piece, straight into ``dst``.
@@ -267,7 +268,7 @@ def _allgather(
     for k in range(1, n):
         owner = (rank + k) % n
         lo, hi = limits[owner, 0], limits[owner, 1]
-        finished = counted - (hi - lo + chunk - 1) // chunk  # pieces before its last output
+        finished = counted - pieces[owner]  # the pieces before its last output
         i = 0
         for c_lo in range(lo, hi, chunk):
             if j >= start:

@@ -202,7 +202,7 @@ class SharedRing:
             dst = new(len(src))
         op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         table = self._regions.table(src.dtype)
-        limits = _limits(tuple(bounds))
+        limits = limits_of(tuple(bounds))
         chunk = max(1, CHUNK_BYTES // src.itemsize)
         follow(
             _reduce_scatter, flags, rank, n, base, limits, self._orders, chunk,
@@ -220,7 +220,7 @@ class SharedRing:
 
 
 @functools.lru_cache(maxsize=256)
-def _limits(bounds):
+def limits_of(bounds):
     """Return ``bounds`` as an array of (start, stop) rows, kept for the layouts seen lately."""
     return np.array(bounds, np.int64).reshape(len(bounds), 2)
 
