@@ -56,17 +56,17 @@ def test_follow_waits_in_python_and_resumes_a_compiled_loop_where_it_stopped():
     words = np.zeros(flags.flag_words(1), np.uint64)
     out = np.zeros(5, np.int64)
     flags.publish(words, 0, 2)  # the first two steps may run at once
-
-    def publisher():
-        for count in range(3, 6):
-            time.sleep(0.05)
-            flags.publish(words, 0, count)
-
-    thread = threading.Thread(target=publisher)
-    thread.start()
-    outcome = flags.follow(_note_counts, words, out)
-    thread.join()
-    assert outcome == (flags.DONE, 0, 0, 0)
+    outcomes = []
+    # A daemon thread, so that a loop that never finishes fails the test instead of hanging it.
+    follower = threading.Thread(
+        target=lambda: outcomes.append(flags.follow(_note_counts, words, out)), daemon=True
+    )
+    follower.start()
+    for count in range(3, 6):
+        time.sleep(0.05)
+        flags.publish(words, 0, count)
+    follower.join(10)
+    assert outcomes == [(flags.DONE, 0, 0, 0)], "follow did not finish the loop"
     # Each step ran once, and only after its count was published.
     assert all(out[k] >= k + 1 for k in range(5)), out
     assert out.tolist() == sorted(out.tolist()), out
