@@ -41,6 +41,29 @@ def test_ready_only_when_every_rank_submitted_in_any_order():
     assert not coord.pending()
 
 
+def test_decided_says_whether_responses_has_anything():
+    """The engine skips ``responses`` on turns where ``decided`` is False: they must agree."""
+    coord, _ = _coordinator(2)
+    join = Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
+    steps = [
+        (0, [_ar("a")]),  # one rank of two: nothing to run
+        (1, [_ar("a")]),  # ready
+        (0, [_ar("b", shape=(2,))]),
+        (1, [_ar("b", shape=(3,))]),  # ready, as a mismatch
+        (0, [join]),
+        (1, [join]),  # every rank joined
+        (1, [messages.SHUTDOWN_REQUEST]),
+    ]
+    expected = [False, True, False, True, False, True, True]
+    assert not coord.decided() and coord.responses() == []
+    for (rank, entries), decided in zip(steps, expected, strict=True):
+        coord.add(rank, entries)
+        assert coord.decided() is decided
+        assert bool(coord.responses()) is decided
+        if entries != [messages.SHUTDOWN_REQUEST]:  # a shutdown stays decided: the engine ends
+            assert not coord.decided()  # responses() took it all
+
+
 def test_fusion_respects_threshold_and_key():
     metas = [_ar(n, shape=(256,)) for n in "abcd"]  # 1 KiB each
     metas.append(_ar("e", shape=(256,), dtype="float64"))

@@ -94,6 +94,7 @@ class Engine:
         self._inflight: dict[str, Request] = {}
         self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
         self._sends: list[MPI.Request] = []
+        self._status = MPI.Status()  # reused by every turn's probe
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
         # Held by whichever thread runs the engine's turns: the engine thread, or a caller
@@ -302,6 +303,8 @@ class Engine:
                 finished += 1
 
     def _send_submissions(self) -> bool:
+        if not self._outbox and not self._shutdown_asked:
+            return False  # the common empty turn; a submission made meanwhile waits one turn
         with self._lock:
             new, self._outbox = self._outbox, []
             shutdown, self._shutdown_asked = self._shutdown_asked, False
@@ -322,10 +325,10 @@ class Engine:
 
     def _coordinate(self):
         coordinator = self._coordinator
-        status = MPI.Status()
+        status = self._status
         while (message := self._ctrl.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)) is not None:
             coordinator.add(status.Get_source(), message.recv())
-        responses = coordinator.responses()
+        responses = coordinator.responses() if coordinator.decided() else []
         now = time.monotonic()
         if now >= self._next_stall_check:
             self._next_stall_check = now + 1.0

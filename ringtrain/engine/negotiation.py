@@ -36,6 +36,10 @@ class Coordinator:
         """Return True while some name waits for ranks that have not submitted it."""
         return bool(self._table)
 
+    def decided(self) -> bool:
+        """Return True if ``responses`` has something to return: the common empty turn's test."""
+        return bool(self._ready) or len(self._joined) == self.size or self._shutdown_by is not None
+
     def add(self, rank: int, entries) -> None:
         """Take one message of ``rank``: metas, cache ids, or the shutdown request."""
         now = self._clock()
