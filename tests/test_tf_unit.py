@@ -161,11 +161,17 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
     def round_of(alone, ring, mwms, hidden, threads=1):
         rates = {"one process": alone, "ringtrain -np 2": ring, "MWMS": mwms}
         cpus = {"one process": {2}, "ringtrain -np 2": {1}, "MWMS": {1}}
+        # CPU ms per step by role; MWMS reported none (as where /proc is missing).
+        cpu_ms = {
+            "one process": {"tensorflow": 9.0, "main": 0.5, "other": 0.0},
+            "ringtrain -np 2": {"tensorflow": 10.0 + hidden, "main": 0.5, "other": hidden * 5},
+        }
         return {
             "rates": rates,
             "hidden": {"ringtrain -np 2": hidden},
             "threads": {threads},
             "cpus": cpus,
+            "cpu_ms": cpu_ms,
         }
 
     # The machine's speed differs from round to round. Ratios within a round are 1.3, 2.0 and
@@ -188,6 +194,9 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
     assert rows[2]["vs_mwms"] == 1.0
     assert all(r["inter_op_threads"] == [0, 1] and r["batch_per_rank"] == 64 for r in rows)
     assert [r["cpus_per_process"] for r in rows] == [[2], [1], [1]]
+    assert rows[0]["cpu_ms_per_step"] == {"tensorflow": 9.0, "main": 0.5, "other": 0.0}
+    assert ring["cpu_ms_per_step"] == pytest.approx({"tensorflow": 10.5, "main": 0.5, "other": 2.5})
+    assert rows[2]["cpu_ms_per_step"] is None
 
 
 @pytest.mark.parametrize(("bucket_bytes", "enqueues"), [("0", 4), ("1048576", 1)])

@@ -22,6 +22,11 @@ ringtrain run with a timeline: per step, the engine's work on each fused reducti
 ring, copy out) is communication, and the part after the last gradient was handed over is
 exposed.
 
+A second table gives, per contender that runs the custom step, the CPU time its first
+process's threads took per step (``ringtrain.bench.thread_cpu``): TensorFlow's, the main
+thread's, and the others' (ringtrain's engine). Where every core is busy, a step costs what
+that CPU costs, and CPU time drifts less than samples/sec.
+
 A shared machine's speed drifts by tens of percent over minutes, so every contender runs
 once per round (``--rounds``, default 3), and the table gives medians over the rounds: of
 samples/sec, of the hidden fraction, and of each ratio taken within one round, against that
@@ -41,6 +46,7 @@ import time
 import numpy as np
 
 from ringtrain import affinity, settings, tf_allocator
+from ringtrain.bench import thread_cpu
 
 _MARK = "RESULT "
 _SITE = "DistributedOptimizer."
@@ -140,6 +146,12 @@ def _measure_round(args, model):
         # As every reporting process ran with it (0: TensorFlow's default).
         "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)},
         "cpus": {name: {r["cpus"] for r in found} for name, (found, _) in reports.items()},
+        # Per contender that runs the custom step, its first process's CPU per step by role.
+        "cpu_ms": {
+            name: found[0]["cpu_ms_per_step"]
+            for name, (found, key) in reports.items()
+            if key == "samples_per_sec" and found[0].get("cpu_ms_per_step")
+        },
     }
 
 
@@ -155,6 +167,7 @@ def summarize(model, rounds, batch):
     for name in names:
         rates = [r["rates"][name] for r in rounds]
         hidden = [r["hidden"][name] for r in rounds if name in r["hidden"]]
+        cpu = [r["cpu_ms"][name] for r in rounds if name in r["cpu_ms"]]
         rows.append(
             {
                 "model": model,
@@ -167,6 +180,12 @@ def summarize(model, rounds, batch):
                     np.median([r["rates"][name] / r["rates"][names[-1]] for r in rounds])
                 ),
                 "hidden_fraction": float(np.median(hidden)) if hidden else None,
+                # Medians over the rounds, per role (``ringtrain.bench.thread_cpu``).
+                "cpu_ms_per_step": (
+                    {role: float(np.median([c[role] for c in cpu])) for role in thread_cpu.ROLES}
+                    if cpu
+                    else None
+                ),
                 "per_round_samples_per_sec": rates,
                 "batch_per_rank": batch,
                 "inter_op_threads": threads,
@@ -252,6 +271,18 @@ def _print(rows, n, inter_op, rounds):
             f"{r['model']:<6} {r['contender']:<40} {r['samples_per_sec']:>10.0f} "
             f"{r['scaling_ratio']:>6.2f} {r['vs_mwms']:>8.2f} {hidden}"
         )
+    timed = [r for r in rows if r["cpu_ms_per_step"]]
+    if not timed:
+        return
+    print("CPU ms per step of a contender's first process, by thread (other: ringtrain's engine)")
+    header = f"{'TensorFlow':>10} {'main':>6} {'other':>6} {'total':>6}"
+    print(f"{'model':<6} {'contender':<40} {header}")
+    for r in timed:
+        cpu = r["cpu_ms_per_step"]
+        print(
+            f"{r['model']:<6} {r['contender']:<40} {cpu['tensorflow']:>10.2f} "
+            f"{cpu['main']:>6.2f} {cpu['other']:>6.2f} {sum(cpu.values()):>6.2f}"
+        )
 
 
 # -- a contender's process -------------------------------------------------------------
@@ -287,8 +318,10 @@ def _work(args) -> int:
         with strategy.scope():
             model, optimizer = build(), keras.optimizers.SGD(0.01)
         step = _strategy_step(strategy, model, optimizer, x, y)
+    seconds, cpu = _seconds_per_step(step, args)
     result = {
-        "samples_per_sec": replicas * args.batch / _seconds_per_step(step, args),
+        "samples_per_sec": replicas * args.batch / seconds,
+        "cpu_ms_per_step": {role: used / args.steps * 1000 for role, used in cpu.items()},
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "cpus": len(affinity.current() or ()),
     }
@@ -403,12 +436,15 @@ def _strategy_step(strategy, model, optimizer, x, y):
 
 
 def _seconds_per_step(step, args):
+    """Return the seconds a step takes, and the CPU seconds each thread role used in all."""
     for _ in range(args.warmup):
         step()
+    before = thread_cpu.cpu_seconds()
     started = time.perf_counter()
     for _ in range(args.steps):
         step()
-    return (time.perf_counter() - started) / args.steps
+    elapsed = time.perf_counter() - started
+    return elapsed / args.steps, thread_cpu.by_role(before, thread_cpu.cpu_seconds())
 
 
 def hidden_fraction(path, skip_steps=0):
