@@ -38,6 +38,13 @@ def test_read_only_results_shared_by_the_host(np):
     check("check_shared_results.py", np, timeout=240)
 
 
+@pytest.mark.parametrize("np", [2, 3, 4])
+def test_read_only_results_shared_when_peers_read_buffers_in_place(np):
+    # Regions of 64 bytes: nearly every call reads peers' buffers in place, and leaves its
+    # result in the result area all the same.
+    check("check_shared_results.py", np, env={"RINGTRAIN_SHARED_MEMORY_BYTES": "64"})
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_a_full_result_area_falls_back_and_overwrites_nothing_held(np):
     check("check_shared_results.py", np, env={"RINGTRAIN_SHARED_RESULT_BYTES": "65536"})

@@ -20,6 +20,12 @@ each piece it publishes how far it has got, and how far it has read its left nei
 - A rank returns only when every rank has finished the call, since until then another rank
   may still read its buffers.
 
+A call may also leave its result in the file's result area, decided by the same votes as in
+the shared-memory ring (``SharedRegions.vote``): then each rank reduces its last segment
+straight into that one result, which every rank reads in place, and there is no allgather.
+A rank publishes its vote before its addresses, so its progress counts start one above the
+call's base.
+
 The loops over the pieces are compiled (numba, without the GIL), and call the C library's
 ``process_vm_readv`` from there: in Python, each piece's calls and the GIL's hand-overs to
 the engine's other thread cost 10-15% at 16 MiB (docs/benchmarks.md). A loop that finds a
@@ -156,20 +162,35 @@ class AttachRing:
     def fits(self, count: int, itemsize: int) -> bool:
         """Return True if ``count`` elements of ``itemsize`` bytes make few enough pieces."""
         pieces = count * itemsize // PIECE_BYTES + self.size
-        return pieces < 1 << self._shift
+        return pieces + 1 < 1 << self._shift  # one more: a call's first count is its vote
 
-    def run(self, src, dst, op, postscale, bounds, allgather, call) -> int:
-        """Reduce host array ``src`` into ``dst`` as ``Ring`` does; return the time it ended.
+    def run(self, src, dst, op, postscale, bounds, allgather, call, new=None, read_only=False):
+        """Reduce host array ``src`` into ``dst`` as ``Ring`` does; return the result and time.
 
         The time is when the reduce-scatter ended (``perf_counter_ns``). ``call`` numbers
-        the calls that share the flags with the shared-memory ring.
+        the calls that share the flags with the shared-memory ring. With ``dst`` None (an
+        allgather only) the result is new: read-only in the result area of the shared file
+        where every rank passed ``read_only`` and can take it there (as ``SharedRing.run``
+        decides), else ``new(len(src))``. There the reduce-scatter writes each rank's
+        segment straight into the one result, and there is no allgather.
         """
         n, rank, flags = self.size, self.rank, self._flags
-        op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         base = (call + 1) << self._shift
+        regions = self._regions
+        place = regions.vote(call, rank, src, dst is None and read_only) if allgather else None
+        shared = False
+        if place is not None:
+            publish(flags, rank, base)  # the vote is in (output 0 is not: see below)
+            shared = regions.carried(call, base)
+        if shared:
+            dst = regions.results.take(place, len(src), src.dtype)
+        elif dst is None:
+            dst = new(len(src))
+        op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         left, right = (rank - 1) % n, (rank + 1) % n
         chunk = max(1, PIECE_BYTES // src.itemsize)
         limits, pieces, lefts, ahead, counted, first = _layout(tuple(bounds), chunk, rank, n)
+        base += 1  # progress counts from here: ``base`` itself says only that a vote is in
         self._addresses[rank] = (src.ctypes.data, dst.ctypes.data)
         publish(flags, rank, base + first)  # begun: addresses and output 0 are ready
         wait_until(flags, left, base)
@@ -180,7 +201,7 @@ class AttachRing:
             limits, lefts, first, chunk, scratch, src, dst, op, scale, self._iov,
         )  # fmt: skip
         reduced = time.perf_counter_ns()
-        if outcome[0] == DONE and allgather:
+        if outcome[0] == DONE and allgather and not shared:
             outcome = follow(
                 _allgather, flags, rank, right, n, base, self._pid_array, self._addresses,
                 limits, pieces, ahead, counted, chunk, dst, self._iov,
@@ -189,9 +210,13 @@ class AttachRing:
             err, address, owner = outcome[1:]
             raise _read_error(err, self._pids[owner], address)
         publish(flags, n + rank, call + 1)
-        for q in range(n):  # until every rank is done, one may still read this rank's buffers
+        # Until every rank is done, one may still read this rank's buffers; and a shared
+        # result is whole only once every rank has written its segment.
+        for q in range(n):
             wait_until(flags, n + q, call + 1)
-        return reduced
+        if shared:
+            dst.flags.writeable = False
+        return dst, reduced
 
 
 @functools.lru_cache(maxsize=64)

@@ -5,8 +5,9 @@ into chunks; a chunk is forwarded to the right neighbour as soon as it has been 
 reduced, while the next chunks are still in flight, so sending one piece overlaps reducing
 the previous one. Receives are posted ahead into a few reused scratch slots.
 
-When every rank is on one host, calls that fit the shared-memory regions take the ring of
-``ringtrain.ring.shared``, and larger ones on the CPU that of ``ringtrain.ring.attach``.
+When every rank is on one host, host calls of more than 2 MiB take the ring of
+``ringtrain.ring.attach`` where the kernel allows it, and smaller ones (or any that fit,
+where it does not) the shared-memory ring of ``ringtrain.ring.shared``.
 """
 
 import functools
@@ -25,6 +26,11 @@ from ringtrain.ring.shared import SharedRegions, SharedRing
 
 _TAG = 7
 _WINDOW = 4  # receives posted ahead of the one being reduced
+# Host calls of more than this many bytes read peers' buffers in place where the kernel lets
+# them, even when they fit the shared-memory regions. Through the engine at -np 2 that ring
+# was 10% faster at 3 MiB and 17% at 4 MiB, level at 2 MiB, and slower at 1 MiB, where the
+# ranks' skew costs it more (docs/benchmarks.md).
+ATTACH_ABOVE_BYTES = 2 << 20
 
 
 class Ring:
@@ -32,9 +38,9 @@ class Ring:
 
     Built collectively over ``comm``. With ``shared_bytes`` and every rank on one host, calls
     of up to that many bytes go through shared memory (``ringtrain.ring.shared``), and
-    ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``); larger
-    host calls read peers' buffers in place (``ringtrain.ring.attach``) where the kernel lets
-    every rank do so.
+    ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``); host
+    calls of more than ``ATTACH_ABOVE_BYTES`` read peers' buffers in place instead
+    (``ringtrain.ring.attach``) where the kernel lets every rank do so.
     """
 
     def __init__(
@@ -74,13 +80,16 @@ class Ring:
         """Reduce 1-D ``src`` as ``allreduce`` does, into a new array; return it and the time.
 
         The result is ``new(len(src))``, or, when every rank passes ``read_only`` and the
-        call runs through shared memory, a read-only array that the host's ranks share.
+        call runs through either ring of the host, a read-only array that its ranks share.
         """
+        bounds = _even_bounds(len(src), self.size)
         if self._through_shared(src):
-            bounds = _even_bounds(len(src), self.size)
             return self.shared.run(src, None, op, postscale, bounds, True, new, read_only)
+        if len(src) > 0 and self._through_attach(src):
+            call = self.shared.take_call()
+            return self.attach.run(src, None, op, postscale, bounds, True, call, new, read_only)
         result = new(len(src))
-        return result, self.allreduce(src, result, op, postscale)
+        return result, self._run(src, result, op, postscale, bounds, allgather=True)
 
     def reduce_scatter(self, src, dst, op: ReduceOp, postscale: float, bounds) -> None:
         """Reduce ``src`` over all ranks; afterwards ``dst[bounds[rank]]`` holds this rank's part.
@@ -98,9 +107,9 @@ class Ring:
             return time.perf_counter_ns()
         if self._through_shared(src):
             return self.shared.run(src, dst, op, postscale, bounds, allgather)[1]
-        if self._through_attach(src, dst):
+        if self._through_attach(src) and _host_contiguous(dst):
             call = self.shared.take_call()
-            return self.attach.run(src, dst, op, postscale, bounds, allgather, call)
+            return self.attach.run(src, dst, op, postscale, bounds, allgather, call)[1]
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         chunk = max(1, self.chunk_bytes // dst.itemsize)
         last_reduce = self.size - 2
@@ -156,20 +165,24 @@ class Ring:
         MPI.Request.Waitall(hazard_sends + final_sends)
         return reduce_scatter_end
 
-    def _through_attach(self, src, dst) -> bool:
+    def _through_attach(self, src) -> bool:
         # Peers read this rank's buffers by address: host memory (NumPy arrays; device
-        # arrays are not), contiguous.
+        # arrays are not), contiguous. Where the result goes is checked apart: a new one is.
         return (
             self.attach is not None
-            and isinstance(src, np.ndarray)
-            and isinstance(dst, np.ndarray)
-            and src.flags.c_contiguous
-            and dst.flags.c_contiguous
+            and _host_contiguous(src)
             and self.attach.fits(len(src), src.itemsize)
         )
 
     def _through_shared(self, src) -> bool:
-        return self.shared is not None and len(src) > 0 and self.shared.fits(len(src), src.dtype)
+        if self.shared is None or len(src) == 0 or not self.shared.fits(len(src), src.dtype):
+            return False
+        return src.nbytes <= ATTACH_ABOVE_BYTES or not self._through_attach(src)
+
+
+def _host_contiguous(array) -> bool:
+    """Return True for a C-contiguous NumPy array, which a peer can read by its address."""
+    return isinstance(array, np.ndarray) and array.flags.c_contiguous
 
 
 @functools.lru_cache(maxsize=256)

@@ -124,6 +124,32 @@ class SharedRegions:
             if result_bytes > 0:
                 self.results = SharedResults(memoryview(self._map)[results_at:total])
 
+    def vote(self, call: int, rank: int, src, wants: bool):
+        """Cast ``rank``'s vote on whether ``call``'s result goes in the result area.
+
+        Every rank calls this for every allreduce that either ring runs, in call order,
+        before it publishes that it has begun the call: each call has its place in the area
+        whether it takes it or not. The vote is yes where this rank ``wants`` a shared
+        result, the call's ``src`` fits the area, and this rank holds nothing at its place.
+        Returns the place if the vote is yes, else None.
+        """
+        if self.results is None:
+            return None
+        place = self.results.place(src.nbytes)
+        vote = wants and place is not None and self.results.free_here(place, src.nbytes)
+        self.votes[call % 2, rank] = vote
+        return place if vote else None
+
+    def carried(self, call: int, begun: int) -> bool:
+        """Return True if every rank voted yes on ``call``: for a rank that voted yes.
+
+        Waits until every rank's progress flag is at least ``begun``, the value it publishes
+        once its vote is in.
+        """
+        for q in range(self.votes.shape[1]):
+            wait_until(self.flags, q, begun)
+        return bool(self.votes[call % 2].all())
+
     def table(self, dtype) -> np.ndarray:
         """Return every region as a row of ``dtype`` elements: rank q's half h is row 2 q + h.
 
@@ -178,26 +204,13 @@ class SharedRing:
             for q in range(n):
                 wait_until(flags, n + q, call - 1)
         base = (call + 1) << self._shift  # above anything an earlier call published, and 0
-        results = self._regions.results
-        voting = allgather and results is not None
-        vote = False
-        if voting:
-            place = results.place(src.nbytes)
-            vote = (
-                dst is None
-                and read_only
-                and place is not None
-                and results.free_here(place, src.nbytes)
-            )
-            self._regions.votes[half, rank] = vote
+        regions = self._regions
+        place = regions.vote(call, rank, src, dst is None and read_only) if allgather else None
         publish(flags, rank, base)  # this call has begun, and the vote is in
-        shared = False
-        if vote:  # one that voted no knows the outcome already
-            for q in range(n):
-                wait_until(flags, q, base)
-            shared = bool(self._regions.votes[half].all())
+        # One that voted no knows the outcome already.
+        shared = place is not None and regions.carried(call, base)
         if shared:
-            dst = results.take(place, len(src), src.dtype)
+            dst = regions.results.take(place, len(src), src.dtype)
         elif dst is None:
             dst = new(len(src))
         op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)

@@ -3,7 +3,8 @@
 Calls larger than the shared-memory regions take it. Every rank's result is checked against
 NumPy for lengths 0, 1, uneven and several pieces long, in place and not, reduce-scatter
 alone, every op, with calls through the shared-memory ring in between (they share the
-flags), and with one rank starting late while the others run ahead.
+flags), and with one rank starting late while the others run ahead; then new results,
+read-only in the shared result area where every rank asks for one.
 """
 
 import time
@@ -59,7 +60,37 @@ def body():
             got = np.empty(2, np.float32)
             ring.allreduce(small[r], got, ringtrain.Max)
             assert_equal(got, expected(ringtrain.Max, small, np.float32), "shared in between")
+    new_results(comm, r, n, uneven)
     comm.Free()
+
+
+def new_results(comm, r, n, uneven):
+    """Check new results: read-only in the result area where every rank asks, and intact."""
+    area = 1 << 20
+    ring = Ring(comm, 1 << 20, shared_bytes=16, result_bytes=area)
+    held, shared_count = [], 0
+    for salt, length in enumerate([1, 7, 1025, 10_007, area // 8 + 3, uneven]):
+        for dtype in (np.float32, np.int64, np.float64):
+            everyone = [rank_data(q, (length,), dtype, 40 + salt) for q in range(n)]
+            for op, read_only in ((ringtrain.Sum, True), (ringtrain.Max, True),
+                                  (ringtrain.Min, r != 0), (ringtrain.Product, False)):  # fmt: skip
+                what = f"new {np.dtype(dtype)} length {length} {op.name} read_only={read_only}"
+                got, _ = ring.allreduce_new(
+                    everyone[r], op, 1.0, lambda count, t=dtype: np.full(count, 99, t), read_only
+                )
+                want = expected(op, everyone, dtype)
+                assert_equal(got, want, what)
+                same_bits_everywhere(got, what)
+                # Shared where every rank asked and the result fits the area's free part;
+                # a rank that asked may still get its own where another did not.
+                shared = not got.flags.writeable
+                assert not shared or (read_only and got.nbytes <= area), what
+                shared_count += shared
+                if op == ringtrain.Sum and length != 7:
+                    held.append((what, got, want))  # held until the end, through later calls
+    assert shared_count > 0, "no call took a shared result"
+    for what, got, want in held:
+        assert_equal(got, want, f"{what}, held to the end")
 
 
 main(body)

@@ -40,6 +40,19 @@ def body():
         ),
     )
 
+    # Larger than the shared-memory regions (4 MiB unless set): ranks read each other's
+    # buffers in place, and the result still goes to the area.
+    shape = (1_500_007,)
+    big = ringtrain.allreduce(
+        rank_data(r, shape, np.float32, 7), op=ringtrain.Sum, name="big", read_only=True
+    )
+    assert big.flags.writeable != (sharing and area >= big.nbytes), "big: read-only when shared"
+    keep(
+        "big",
+        big,
+        expected(ringtrain.Sum, [rank_data(i, shape, np.float32, 7) for i in range(n)], np.float32),
+    )
+
     for dtype in DTYPES:
         for op in OPS:
             for shape in SHAPES:
