@@ -8,7 +8,9 @@ import pytest
 
 from ringtrain.bench import thread_cpu
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/proc/self/schedstat"), reason="needs Linux's scheduler statistics"
+)
 
 
 def _burn(seconds):
@@ -35,9 +37,9 @@ def test_each_thread_s_cpu_goes_to_its_role():
     sleeper_done.set()
     second.join()
     assert set(used) == set(thread_cpu.ROLES)
-    # The second thread counts as "other". Clock ticks are 10 ms: allow a few either way.
-    assert used["other"] == pytest.approx(0.2, abs=0.05)
-    assert used["main"] == pytest.approx(0.1, abs=0.05)
+    # The second thread counts as "other"; the main thread also ran this test's own code.
+    assert used["other"] == pytest.approx(0.2, abs=0.02)
+    assert used["main"] == pytest.approx(0.1, abs=0.03)
     assert used["tensorflow"] == 0.0
 
 

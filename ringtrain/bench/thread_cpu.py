@@ -11,24 +11,29 @@ _TASKS = "/proc/self/task"
 
 
 def cpu_seconds() -> dict[int, tuple[str, float]]:
-    """Return per thread id of this process its name and CPU seconds so far ({} without /proc)."""
+    """Return per thread id of this process its name and CPU seconds so far.
+
+    The time is the scheduler's own count, in nanoseconds (``schedstat``), not the 10 ms
+    ticks of ``stat``. Empty without /proc or without scheduler statistics in the kernel.
+    """
     try:
         tids = os.listdir(_TASKS)
     except OSError:
         return {}
-    ticks = os.sysconf("SC_CLK_TCK")
     threads = {}
     for tid in tids:
         try:
             with open(f"{_TASKS}/{tid}/comm", encoding="utf-8") as f:
                 name = f.read().strip()
-            with open(f"{_TASKS}/{tid}/stat", encoding="utf-8") as f:
-                # Past the name in parentheses, which may hold spaces: utime and stime are
-                # the 12th and 13th fields.
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"{_TASKS}/{tid}/schedstat", encoding="utf-8") as f:
+                on_cpu_ns = int(f.read().split()[0])
+        except FileNotFoundError:
+            if not os.path.exists(f"{_TASKS}/{tid}"):
+                continue  # the thread ended meanwhile
+            return {}  # a kernel without scheduler statistics
         except OSError:
             continue  # the thread ended meanwhile
-        threads[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+        threads[int(tid)] = (name, on_cpu_ns / 1e9)
     return threads
 
 
@@ -46,7 +51,7 @@ def role_of(tid: int, name: str) -> str:
 def by_role(before: dict, after: dict) -> dict[str, float]:
     """Return the CPU seconds each role used between two ``cpu_seconds`` readings.
 
-    Without /proc (both readings empty) the result is empty too.
+    Where ``cpu_seconds`` has nothing to read (both readings empty) the result is empty too.
     """
     if not after:
         return {}
