@@ -6,11 +6,14 @@ reduced, while the next chunks are still in flight, so sending one piece overlap
 the previous one. Receives are posted ahead into a few reused scratch slots.
 
 When every rank is on one host, host calls of more than 2 MiB take the ring of
-``ringtrain.ring.attach`` where the kernel allows it, and smaller ones (or any that fit,
-where it does not) the shared-memory ring of ``ringtrain.ring.shared``.
+``ringtrain.ring.attach`` where the kernel allows it and the host has a core for every rank,
+and smaller ones (or any that fit the regions, where either does not hold) the
+shared-memory ring of ``ringtrain.ring.shared``; calls too large for the regions take the
+attach ring wherever the kernel allows it.
 """
 
 import functools
+import os
 import time
 from collections import deque
 
@@ -27,9 +30,11 @@ from ringtrain.ring.shared import SharedRegions, SharedRing
 _TAG = 7
 _WINDOW = 4  # receives posted ahead of the one being reduced
 # Host calls of more than this many bytes read peers' buffers in place where the kernel lets
-# them, even when they fit the shared-memory regions. Through the engine at -np 2 that ring
-# was 10% faster at 3 MiB and 17% at 4 MiB, level at 2 MiB, and slower at 1 MiB, where the
-# ranks' skew costs it more (docs/benchmarks.md).
+# them, even when they fit the shared-memory regions, if every rank can have a core of its
+# own. Through the engine at -np 2 on 2 cores that ring was 10% faster at 3 MiB and 17% at
+# 4 MiB, level at 2 MiB, and slower at 1 MiB, where the ranks' skew costs it more; at -np 4
+# on 2 cores it was 8-24% slower at 3 and 4 MiB, since it waits for every rank at the end of
+# a call (docs/benchmarks.md).
 ATTACH_ABOVE_BYTES = 2 << 20
 
 
@@ -39,8 +44,9 @@ class Ring:
     Built collectively over ``comm``. With ``shared_bytes`` and every rank on one host, calls
     of up to that many bytes go through shared memory (``ringtrain.ring.shared``), and
     ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``); host
-    calls of more than ``ATTACH_ABOVE_BYTES`` read peers' buffers in place instead
-    (``ringtrain.ring.attach``) where the kernel lets every rank do so.
+    calls of more than ``ATTACH_ABOVE_BYTES`` (where the host has a core for every rank),
+    and larger ones, read peers' buffers in place instead (``ringtrain.ring.attach``) where
+    the kernel lets every rank do so.
     """
 
     def __init__(
@@ -60,11 +66,15 @@ class Ring:
         self._left = (self.rank - 1) % self.size
         self.shared = None
         self.attach = None
+        self._attach_above = None  # bytes above which calls that fit the regions read in place
         if shared_bytes > 0 and self.size > 1 and _one_host(comm):
             regions = SharedRegions(comm, shared_bytes, result_bytes)
             if regions.available:
                 self.shared = SharedRing(comm, regions)
                 self.attach = AttachRing.create(comm, regions, self._pool)
+                cores = comm.allreduce(os.cpu_count() or 1, op=MPI.MIN)
+                if self.attach is not None and self.size <= cores:
+                    self._attach_above = ATTACH_ABOVE_BYTES
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
@@ -177,7 +187,8 @@ class Ring:
     def _through_shared(self, src) -> bool:
         if self.shared is None or len(src) == 0 or not self.shared.fits(len(src), src.dtype):
             return False
-        return src.nbytes <= ATTACH_ABOVE_BYTES or not self._through_attach(src)
+        above = self._attach_above
+        return above is None or src.nbytes <= above or not self._through_attach(src)
 
 
 def _host_contiguous(array) -> bool:

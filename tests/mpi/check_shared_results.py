@@ -40,18 +40,16 @@ def body():
         ),
     )
 
-    # Larger than the shared-memory regions (4 MiB unless set): ranks read each other's
-    # buffers in place, and the result still goes to the area.
-    shape = (1_500_007,)
-    big = ringtrain.allreduce(
-        rank_data(r, shape, np.float32, 7), op=ringtrain.Sum, name="big", read_only=True
-    )
-    assert big.flags.writeable != (sharing and area >= big.nbytes), "big: read-only when shared"
-    keep(
-        "big",
-        big,
-        expected(ringtrain.Sum, [rank_data(i, shape, np.float32, 7) for i in range(n)], np.float32),
-    )
+    # 3.2 MB fits the shared-memory regions (4 MiB unless set), but where every rank has a
+    # core, ranks read each other's buffers in place; 6 MB does not fit them. Either way the
+    # result still goes to the area.
+    for what, shape in (("3.2 MB", (800_003,)), ("6 MB", (1_500_007,))):
+        got = ringtrain.allreduce(
+            rank_data(r, shape, np.float32, 7), op=ringtrain.Sum, name=what, read_only=True
+        )
+        assert got.flags.writeable != (sharing and area >= got.nbytes), f"{what}: read-only?"
+        everyone = [rank_data(i, shape, np.float32, 7) for i in range(n)]
+        keep(what, got, expected(ringtrain.Sum, everyone, np.float32))
 
     for dtype in DTYPES:
         for op in OPS:
