@@ -42,7 +42,7 @@ def test_ready_only_when_every_rank_submitted_in_any_order():
 
 
 def test_decided_says_whether_responses_has_anything():
-    """The engine skips ``responses`` on turns where ``decided`` is False: they must agree."""
+    """``responses`` returns at once where ``decided`` is False: the two must agree."""
     coord, _ = _coordinator(2)
     join = Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
     steps = [

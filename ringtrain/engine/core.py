@@ -328,7 +328,7 @@ class Engine:
         status = self._status
         while (message := self._ctrl.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)) is not None:
             coordinator.add(status.Get_source(), message.recv())
-        responses = coordinator.responses() if coordinator.decided() else []
+        responses = coordinator.responses()
         now = time.monotonic()
         if now >= self._next_stall_check:
             self._next_stall_check = now + 1.0

@@ -37,7 +37,7 @@ class Coordinator:
         return bool(self._table)
 
     def decided(self) -> bool:
-        """Return True if ``responses`` has something to return: the common empty turn's test."""
+        """Return True if ``responses`` has something to return."""
         return bool(self._ready) or len(self._joined) == self.size or self._shutdown_by is not None
 
     def add(self, rank: int, entries) -> None:
@@ -77,6 +77,8 @@ class Coordinator:
 
     def responses(self) -> list[Response]:
         """Return what every rank must run now, in order, and forget it."""
+        if not self.decided():
+            return []  # the engine's common empty turn: nothing to plan
         out: list[Response] = []
         allreduces = []
         for name in self._ready:
