@@ -72,8 +72,7 @@ def _allreduce(tensor, op, prescale, postscale, name):
             op=op,
             prescale_factor=prescale,
             postscale_factor=postscale,
-            read_only=True,  # TensorFlow never writes to a tensor's memory
-        )
+        )  # never a shared result: see exchange.allreduce_gradients
         y = bridge.run(start, [x], x.dtype, "allreduce")
         y.set_shape(x.shape)
 

@@ -57,7 +57,7 @@ class _Plan:
         self.finish = finish
 
 
-def _reducer(op, prescale, postscale):
+def _reducer(op, prescale, postscale, read_only):
     def start(name):
         return functools.partial(
             api.allreduce_async,
@@ -65,7 +65,7 @@ def _reducer(op, prescale, postscale):
             op=op,
             prescale_factor=prescale,
             postscale_factor=postscale,
-            read_only=True,  # TensorFlow never writes to a tensor's memory
+            read_only=read_only,
         )
 
     return start
@@ -75,9 +75,9 @@ def _gatherer(name):
     return functools.partial(api.allgather_async, name=name)
 
 
-def _dense_plan(grad, op, compression, prescale, postscale):
+def _dense_plan(grad, op, compression, prescale, postscale, shared):
     wire, ctx = compression.compress(tf.convert_to_tensor(grad))
-    part = _Part("", wire, _reducer(op, prescale, postscale), wire.shape, reduces=True)
+    part = _Part("", wire, _reducer(op, prescale, postscale, shared), wire.shape, reduces=True)
     return _Plan(_DENSE, [part], lambda results: compression.decompress(results[0], ctx))
 
 
@@ -120,12 +120,18 @@ def allreduce_gradients(
     sparse_as_dense=False,
     prescale=1.0,
     postscale=1.0,
+    shared=False,
 ):
     """Return ``grads`` reduced over all ranks (None entries stay None).
 
     ``labels`` name the variables in error messages; ``site`` (see ``compat.site_name``)
     prefixes the engine names. ``tf.IndexedSlices`` are allgathered (values and indices)
-    unless ``sparse_as_dense``.
+    unless ``sparse_as_dense``. ``shared``: dense results may be read-only arrays that the
+    host's ranks share (``ringtrain.allreduce(read_only=True)``). Only for results whose
+    every consumer is known never to write into them: a TensorFlow op may write its output
+    into the memory of an input it took over, and it takes over the memory of an aligned
+    slice of a ``numpy_function`` result (docs/benchmarks.md), which would change the
+    result under the other ranks.
     """
     compression = compression or Compression.none
     plans = []
@@ -135,7 +141,7 @@ def allreduce_gradients(
         elif isinstance(grad, tf.IndexedSlices) and not sparse_as_dense:
             plans.append(_sparse_plan(grad, op, compression))
         else:
-            plans.append(_dense_plan(grad, op, compression, prescale, postscale))
+            plans.append(_dense_plan(grad, op, compression, prescale, postscale, shared))
     return _run(plans, labels, site)
 
 
@@ -180,9 +186,7 @@ def _run(plans, labels, site):
     for i, plan in enumerate(plans):
         codes[i, _NONE if plan is None else plan.kind] = 1
     manifest_name = f"{site}.manifest"
-    manifest_start = functools.partial(
-        api.allreduce_async, name=manifest_name, op=Sum, read_only=True
-    )
+    manifest_start = functools.partial(api.allreduce_async, name=manifest_name, op=Sum)
     present = [(i, part) for i in reversed(range(len(plans))) for part in _parts(plans[i])]
     sizes = [_static_bytes(part.tensor) for _, part in present]
     manifest = None
@@ -276,7 +280,8 @@ class GradientReduction:
     """How a step's gradients are reduced; validated once, shared by the tape and optimizer.
 
     ``gradient_predivide_factor`` f (op Average only) divides by f before the sum and by
-    size / f after it, which keeps float16 sums in range.
+    size / f after it, which keeps float16 sums in range. ``shared_results``: see
+    ``allreduce_gradients``'s ``shared``; not part of the config.
     """
 
     def __init__(
@@ -285,7 +290,9 @@ class GradientReduction:
         compression=Compression.none,
         sparse_as_dense=False,
         gradient_predivide_factor=1.0,
+        shared_results=False,
     ):
+        self.shared_results = bool(shared_results)
         self.op = as_reduce_op(op)
         self.compression = compression
         self.sparse_as_dense = bool(sparse_as_dense)
@@ -309,6 +316,7 @@ class GradientReduction:
             sparse_as_dense=self.sparse_as_dense,
             prescale=1.0 / factor,
             postscale=factor,
+            shared=self.shared_results,
         )
 
     def get_config(self) -> dict:

@@ -78,6 +78,24 @@ def check_horovod_keras_values():
     assert hk.mpi_built() and not hk.nccl_built()
 
 
+def check_results_survive_ops_on_their_slices():
+    # TensorFlow takes over the memory of an aligned slice of an op's result and may write
+    # the next op's output into it. A result that the host's ranks shared changed under the
+    # other ranks that way (float64: each 8-element slice is 64-byte aligned).
+    r = hvd.rank()
+    data = everyone((24,), np.float64, salt=21)
+    want = expected(hvd.Sum, data, np.float64)
+
+    @tf.function
+    def doubled_slices(x):
+        y = hvd.allreduce(x, op=hvd.Sum, name="sliced")
+        return [tf.slice(y, [8 * k], [8]) * 2.0 for k in range(3)]
+
+    for _ in range(3):
+        got = np.concatenate([t.numpy() for t in doubled_slices(tf.constant(data[r]))])
+        assert_equal(got, want * 2.0, "doubled slices of an allreduce result")
+
+
 def check_grouped_allreduce():
     r = hvd.rank()
     for mode, fn in modes(lambda xs: hvd.grouped_allreduce(xs, op=hvd.Sum)).items():
@@ -366,6 +384,7 @@ def body():
     hvd.init(bucket_bytes=1024 * 1024)  # the other scripts run with one op per gradient
     for check in (
         check_allreduce,
+        check_results_survive_ops_on_their_slices,
         check_grouped_allreduce,
         check_horovod_keras_values,
         check_allgather_broadcast_alltoall_reducescatter,

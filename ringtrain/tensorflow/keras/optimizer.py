@@ -38,7 +38,11 @@ class _Distributed:
         op = settings.pop("op", Average)
         if isinstance(op, str):
             op = ReduceOp[op]
-        self._rt_reduction = GradientReduction(op=op, compression=compression, **settings)
+        # The reduced gradients go straight into this optimizer's own update, which only
+        # reads them, so they may be the host's shared results.
+        self._rt_reduction = GradientReduction(
+            op=op, compression=compression, shared_results=True, **settings
+        )
         self._rt_passes = passes
         self._rt_average_passes = average
 
