@@ -46,6 +46,7 @@ from ringtrain.tensorflow.collectives import (
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.gradient_tape import DistributedGradientTape
 from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer
+from ringtrain.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
@@ -65,6 +66,7 @@ __all__ = [
     "RingtrainError",
     "StallError",
     "Sum",
+    "SyncBatchNormalization",
     "allgather",
     "allgather_object",
     "allreduce",

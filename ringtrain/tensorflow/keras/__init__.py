@@ -26,6 +26,7 @@ from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.keras import callbacks
 from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer, register
 from ringtrain.tensorflow.keras.values import allgather, allreduce, broadcast, reducescatter
+from ringtrain.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True, **kwargs):  # noqa: A002
@@ -49,6 +50,7 @@ __all__ = [
     "Product",
     "ReduceOp",
     "Sum",
+    "SyncBatchNormalization",
     "allgather",
     "allgather_object",
     "allreduce",
