@@ -114,6 +114,21 @@ def test_every_keras_optimizer_wraps_and_round_trips(base):
     assert type(restored) is type(wrapped) and restored.get_config() == config
 
 
+@keras.saving.register_keras_serializable("ringtrain_tests")
+class Own(keras.optimizers.SGD):
+    """An optimizer class of the user's own (its update might slice the gradients)."""
+
+
+def test_only_keras_own_updates_get_shared_results():
+    def shared(optimizer):
+        return distributed.DistributedOptimizer(optimizer)._rt_reduction.shared_results
+
+    assert shared(keras.optimizers.Adam())
+    assert shared(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
+    assert not shared(Own())
+    assert not shared(keras.optimizers.LossScaleOptimizer(Own()))
+
+
 def test_distributed_optimizer_rejects_bad_input():
     with pytest.raises(TypeError, match="Keras 3 optimizer"):
         distributed.DistributedOptimizer("adam")

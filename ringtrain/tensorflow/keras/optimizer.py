@@ -18,6 +18,12 @@ from ringtrain.tensorflow.exchange import GradientReduction
 _CONFIG_KEY = "ringtrain"
 _SITE = "DistributedOptimizer"
 _classes: dict[type, type] = {}
+# Keras's optimizers whose updates only read the gradients they are given (wrappers, whose
+# inner optimizers apply them, are left out).
+_UPDATES_THAT_READ = frozenset(compat.stock_optimizer_classes()) - {
+    keras.optimizers.LossScaleOptimizer,
+    keras.optimizers.MultiOptimizer,
+}
 
 
 class _Distributed:
@@ -38,10 +44,8 @@ class _Distributed:
         op = settings.pop("op", Average)
         if isinstance(op, str):
             op = ReduceOp[op]
-        # The reduced gradients go straight into this optimizer's own update, which only
-        # reads them, so they may be the host's shared results.
         self._rt_reduction = GradientReduction(
-            op=op, compression=compression, shared_results=True, **settings
+            op=op, compression=compression, shared_results=_reads_only(self), **settings
         )
         self._rt_passes = passes
         self._rt_average_passes = average
@@ -119,6 +123,20 @@ class _Distributed:
             "average_aggregated_gradients": self._rt_average_passes,
         }
         return config
+
+
+def _reads_only(optimizer) -> bool:
+    """Return True if Keras's own update applies ``optimizer``'s reduced gradients.
+
+    Those may then be the host's shared results (``exchange.allreduce_gradients``): the
+    updates of ``keras.optimizers`` only read gradients, and nothing else sees them. An
+    update of another class might slice a gradient, and an op after an aligned slice may
+    write into the slice's memory. A ``LossScaleOptimizer`` hands them on to its inner one.
+    """
+    base = next(c for c in type(optimizer).__mro__ if not issubclass(c, _Distributed))
+    if base is keras.optimizers.LossScaleOptimizer:
+        return type(optimizer.inner_optimizer) in _UPDATES_THAT_READ
+    return base in _UPDATES_THAT_READ
 
 
 def _agreeing(local_check):
