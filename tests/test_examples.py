@@ -1,0 +1,57 @@
+"""The examples, run as README.md runs them: two ranks through ``ringtrain-run``, with a timeout."""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import bounded
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def _run(tmp_path, script, *args, timeout=240):
+    """Run ``examples/script`` at -np 2; return rank 0's stdout lines, failing on a bad exit."""
+    env = dict(os.environ, **QUIET)
+    argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", sys.executable]
+    done, _ = bounded.run([*argv, str(EXAMPLES / script), *args], timeout, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    prefix = "[1,0]<stdout>:"
+    return [
+        line[len(prefix) :].strip() for line in done.stdout.splitlines() if line.startswith(prefix)
+    ]
+
+
+def _accuracy(lines):
+    found = [re.search(r"test accuracy (\d\.\d+)", line) for line in lines]
+    values = [float(m.group(1)) for m in found if m]
+    assert len(values) == 1, lines[-20:]
+    return values[0]
+
+
+def test_allreduce_demo(tmp_path):
+    lines = _run(tmp_path, "allreduce_demo.py")
+    assert any("allgather rows per rank [1, 2]" in line for line in lines), lines
+
+
+def test_keras_mnist_learns_the_digits(tmp_path):
+    pytest.importorskip("sklearn")
+    lines = _run(tmp_path, "keras_mnist.py")
+    assert _accuracy(lines) >= 0.95, lines[-5:]
+    assert any("on 2 rank(s)" in line for line in lines), lines[-5:]
+
+
+def test_custom_loop_learns_the_digits(tmp_path):
+    pytest.importorskip("sklearn")
+    lines = _run(tmp_path, "tf2_custom_loop.py")
+    assert _accuracy(lines) >= 0.85, lines[-5:]
+
+
+def test_synthetic_benchmark_reports_images_per_second(tmp_path):
+    pytest.importorskip("tensorflow")
+    args = ["--model", "mlp", "--num-warmup-batches", "1", "--num-batches-per-iter", "2"]
+    lines = _run(tmp_path, "synthetic_benchmark.py", *args, "--num-iters", "3")
+    assert any(re.search(r"img/sec", line) for line in lines), lines
