@@ -22,7 +22,8 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())
     assert [(r["case"], r["bytes"]) for r in rows] == [
-        ("single", 4096), ("single", 65536),
+        ("single", 4096), ("single, read-only", 4096),
+        ("single", 65536), ("single, read-only", 65536),
         ("4x16384 grouped", 4 * 16384), ("4x16384 async", 4 * 16384),
     ]  # fmt: skip
     for row in rows:
