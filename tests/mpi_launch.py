@@ -30,11 +30,19 @@ def run(script: str, np: int, *args, timeout: float = 120, env: dict | None = No
         [str(SCRIPTS.parent.parent), str(SCRIPTS), full_env.get("PYTHONPATH", "")]
     )
     full_env.update(env or {})
-    result, _ = bounded.run(command, timeout, env=full_env)
-    if result.returncode != 0 and _LAUNCHER_FAILED in result.stderr:
-        sys.stderr.write(f"mpirun failed to start its PMIx server; launching {script} again\n")
-        result, _ = bounded.run(command, timeout, env=full_env)
-    return result
+    return launch(command, timeout, env=full_env)[0]
+
+
+def launch(command: list[str], timeout: float, **popen):
+    """Run an MPI job's ``command`` with ``bounded.run``, and once more if the launcher failed.
+
+    Returns what ``bounded.run`` returns for the launch that counted.
+    """
+    done = bounded.run(command, timeout, **popen)
+    if done[0].returncode != 0 and _LAUNCHER_FAILED in done[0].stderr:
+        sys.stderr.write(f"mpirun failed to start its PMIx server; launching {command} again\n")
+        done = bounded.run(command, timeout, **popen)
+    return done
 
 
 def check(script: str, np: int, *args, timeout: float = 120, env: dict | None = None, prefix=()):

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-import bounded
+from mpi_launch import launch
 
 from ringtrain.runner.locate import find_mpirun
 
@@ -18,7 +18,7 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
         "--seconds", "0.05", "--small-count", "4", "--json", str(out),
     ]  # fmt: skip
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    done, _ = bounded.run(command, 120, env=env)
+    done, _ = launch(command, 120, env=env)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())
     assert [(r["case"], r["bytes"]) for r in rows] == [

@@ -5,8 +5,8 @@ import re
 import sys
 from pathlib import Path
 
-import bounded
 import pytest
+from mpi_launch import launch
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -17,7 +17,7 @@ def _run(tmp_path, script, *args, timeout=240):
     """Run ``examples/script`` at -np 2; return rank 0's stdout lines, failing on a bad exit."""
     env = dict(os.environ, **QUIET)
     argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", sys.executable]
-    done, _ = bounded.run([*argv, str(EXAMPLES / script), *args], timeout, cwd=tmp_path, env=env)
+    done, _ = launch([*argv, str(EXAMPLES / script), *args], timeout, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     prefix = "[1,0]<stdout>:"
     return [

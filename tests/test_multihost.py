@@ -11,8 +11,8 @@ import shlex
 import sys
 from pathlib import Path
 
-import bounded
 import pytest
+from mpi_launch import launch
 from multihost import netns_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def _launch(cluster, *command, options=(), settings=None):
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
     env.update(settings or {})
-    return bounded.run(netns_cluster.on_host(names[0], runner), 120, cwd=hostfile.parent, env=env)
+    return launch(netns_cluster.on_host(names[0], runner), 120, cwd=hostfile.parent, env=env)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import socket
 import sys
 from pathlib import Path
 
-import bounded
 import pytest
+from mpi_launch import launch
 
 REPO = Path(__file__).resolve().parent.parent
 FAILING_RANK = str(REPO / "tests/multihost/failing_rank.py")
@@ -19,7 +19,7 @@ def _launch(tmp_path, *args, timeout=90):
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
     argv = [sys.executable, "-m", "ringtrain.runner", *args]
-    return bounded.run(argv, timeout, cwd=tmp_path, env=env)
+    return launch(argv, timeout, cwd=tmp_path, env=env)
 
 
 def test_job_exits_zero_with_tagged_output(tmp_path):
