@@ -39,9 +39,10 @@ class ResultPool:
     pages fault in on first write; in training that is every step's gradients, every step.
     The pool keeps the memory of results of at least ``smallest`` bytes, up to ``capacity``
     bytes in all, and ``empty`` hands one out again once nothing outside the pool refers to
-    it: CPython's reference count of the memory's owner counts every view of it. Smaller
-    results, and any beyond the capacity, are plain ``aligned_empty`` arrays. Use from one
-    thread.
+    it: CPython's reference count of the memory's owner counts every view of it. A result
+    larger than the capacity is kept only while the pool keeps nothing else, so that one
+    caller who reduces such a tensor over and over reuses its memory. Smaller results, and
+    others beyond the capacity, are plain ``aligned_empty`` arrays. Use from one thread.
     """
 
     def __init__(self, smallest: int = 1 << 20, capacity: int = 256 << 20):
@@ -70,7 +71,7 @@ class ResultPool:
             else:
                 i += 1
         owner = np.empty(size, np.uint8)
-        if held + size <= self._capacity:
+        if held + size <= self._capacity or not owners:
             owners.append(owner)
         return _aligned_view(owner, shape, dtype, nbytes)
 

@@ -42,6 +42,18 @@ def test_small_results_and_those_past_the_capacity_are_not_kept():
     assert not any(np.shares_memory(extra, k) for k in kept + [small])
 
 
+def test_a_result_past_the_capacity_is_kept_while_the_pool_keeps_nothing_else():
+    pool = ResultPool(smallest=0, capacity=1000)
+    big = pool.empty(1000, np.float32)  # 4000 bytes: past the capacity, but the pool is empty
+    assert pool.held_bytes == 4000 + ALIGNMENT
+    other = pool.empty(1000, np.float32)  # the first is still held: this one is not kept
+    assert pool.held_bytes == 4000 + ALIGNMENT and not np.shares_memory(big, other)
+    address = big.ctypes.data
+    del big
+    again = pool.empty(1000, np.float32)
+    assert again.ctypes.data == address
+
+
 def test_idle_memory_makes_room_for_other_sizes_least_recently_used_first():
     block = 4000 + ALIGNMENT
     pool = ResultPool(smallest=0, capacity=3 * block)
