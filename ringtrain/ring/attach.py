@@ -182,10 +182,7 @@ class AttachRing:
         if place is not None:
             publish(flags, rank, base)  # the vote is in (output 0 is not: see below)
             shared = regions.carried(call, base)
-        if shared:
-            dst = regions.results.take(place, len(src), src.dtype)
-        elif dst is None:
-            dst = new(len(src))
+        dst = regions.destination(place, shared, src, dst, new)
         op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         left, right = (rank - 1) % n, (rank + 1) % n
         chunk = max(1, PIECE_BYTES // src.itemsize)

@@ -150,6 +150,16 @@ class SharedRegions:
             wait_until(self.flags, q, begun)
         return bool(self.votes[call % 2].all())
 
+    def destination(self, place, shared: bool, src, dst, new):
+        """Return the array that ``src``'s call writes its result into.
+
+        The call's ``place`` in the result area where ``shared`` (every rank voted yes),
+        else ``dst``, or ``new(len(src))`` where ``dst`` is None.
+        """
+        if shared:
+            return self.results.take(place, len(src), src.dtype)
+        return new(len(src)) if dst is None else dst
+
     def table(self, dtype) -> np.ndarray:
         """Return every region as a row of ``dtype`` elements: rank q's half h is row 2 q + h.
 
@@ -209,10 +219,7 @@ class SharedRing:
         publish(flags, rank, base)  # this call has begun, and the vote is in
         # One that voted no knows the outcome already.
         shared = place is not None and regions.carried(call, base)
-        if shared:
-            dst = regions.results.take(place, len(src), src.dtype)
-        elif dst is None:
-            dst = new(len(src))
+        dst = regions.destination(place, shared, src, dst, new)
         op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         table = self._regions.table(src.dtype)
         limits = limits_of(tuple(bounds))
