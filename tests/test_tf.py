@@ -35,6 +35,12 @@ def test_sync_batch_normalization(np, inter_op):
     _check("check_tf_sync_batch_norm.py", np, "--inter-op", str(inter_op))
 
 
+@pytest.mark.parametrize(("np", "inter_op"), [(1, 1), (2, 1), (2, 0), (3, 1), (4, 1)])
+def test_local_sources_and_layers(np, inter_op):
+    # Rows 4, 1, 0 and 6 on ranks 0-3 for the tape; inter_op 0 is TensorFlow's default pool.
+    _check("check_tf_local.py", np, "--inter-op", str(inter_op))
+
+
 def test_equivalence_optimizers_callbacks_saving_one_inter_op_thread(tmp_path):
     _check("check_tf_train.py", 2, "--inter-op", "1", "--dir", tmp_path, timeout=300)
 

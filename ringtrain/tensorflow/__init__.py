@@ -44,9 +44,13 @@ from ringtrain.tensorflow.collectives import (
     reducescatter,
 )
 from ringtrain.tensorflow.compression import Compression
-from ringtrain.tensorflow.gradient_tape import DistributedGradientTape
-from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer
+from ringtrain.tensorflow.gradient_tape import (
+    DistributedGradientTape,
+    PartialDistributedGradientTape,
+)
+from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from ringtrain.tensorflow.sync_batch_norm import SyncBatchNormalization
+from ringtrain.tensorflow.topology import local_rank_op, local_size_op, rank_op, size_op
 
 tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
@@ -61,6 +65,8 @@ __all__ = [
     "Min",
     "MismatchError",
     "NotInitializedError",
+    "PartialDistributedGradientTape",
+    "PartialDistributedOptimizer",
     "Product",
     "ReduceOp",
     "RingtrainError",
@@ -83,11 +89,15 @@ __all__ = [
     "is_initialized",
     "join",
     "local_rank",
+    "local_rank_op",
     "local_size",
+    "local_size_op",
     "rank",
+    "rank_op",
     "reducescatter",
     "shutdown",
     "size",
+    "size_op",
     "start_timeline",
     "stop_timeline",
 ]

@@ -26,6 +26,7 @@ from ringtrain.errors import MismatchError
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.tensorflow import bridge, compat
 from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.local_sources import LocalSources
 
 _KINDS = ("no tensor", "a dense tensor", "tf.IndexedSlices")
 _NONE, _DENSE, _SPARSE = range(len(_KINDS))
@@ -280,8 +281,10 @@ class GradientReduction:
     """How a step's gradients are reduced; validated once, shared by the tape and optimizer.
 
     ``gradient_predivide_factor`` f (op Average only) divides by f before the sum and by
-    size / f after it, which keeps float16 sums in range. ``shared_results``: see
-    ``allreduce_gradients``'s ``shared``; not part of the config.
+    size / f after it, which keeps float16 sums in range. ``local_sources`` holds the
+    variables whose gradients stay on this rank (``scale_local_gradients``: see
+    ``LocalSources``). ``shared_results``: see ``allreduce_gradients``'s ``shared``; not
+    part of the config.
     """
 
     def __init__(
@@ -290,9 +293,11 @@ class GradientReduction:
         compression=Compression.none,
         sparse_as_dense=False,
         gradient_predivide_factor=1.0,
+        scale_local_gradients=True,
         shared_results=False,
     ):
         self.shared_results = bool(shared_results)
+        self.local_sources = LocalSources(scale_local_gradients)
         self.op = as_reduce_op(op)
         self.compression = compression
         self.sparse_as_dense = bool(sparse_as_dense)
@@ -304,11 +309,20 @@ class GradientReduction:
         self.gradient_predivide_factor = factor
 
     def __call__(self, grads, variables, base):
-        """Return ``grads`` (of ``variables``, which name them) reduced over all ranks."""
+        """Return ``grads`` (of ``variables``, which name them) reduced over all ranks.
+
+        The gradients of local sources are not exchanged; the manifest still holds their
+        places, as no tensor, so ranks that disagree on which variables are local fail.
+        """
         labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
+        local = [v is not None and v in self.local_sources for v in variables]
+        if any(local):
+            labels = [
+                f"{t} (local on this rank)" if k else t for t, k in zip(labels, local, strict=True)
+            ]
         factor = self.gradient_predivide_factor
-        return allreduce_gradients(
-            grads,
+        reduced = allreduce_gradients(
+            [None if k else g for g, k in zip(grads, local, strict=True)],
             labels,
             compat.site_name(base),
             op=self.op,
@@ -318,6 +332,8 @@ class GradientReduction:
             postscale=factor,
             shared=self.shared_results,
         )
+        gradient = self.local_sources.gradient
+        return [gradient(g) if k else r for g, r, k in zip(grads, reduced, local, strict=True)]
 
     def get_config(self) -> dict:
         """Return the settings as plain values (for a Keras optimizer's config)."""
@@ -326,4 +342,5 @@ class GradientReduction:
             "compression": self.compression.name,
             "sparse_as_dense": self.sparse_as_dense,
             "gradient_predivide_factor": self.gradient_predivide_factor,
+            "scale_local_gradients": self.local_sources.scale_gradients,
         }

@@ -12,7 +12,9 @@ class DistributedGradientTape:
 
     Each gradient goes to the engine as soon as it is computed (last layers first inside
     ``tf.function``); every rank must ask for gradients of the same sources in the same
-    structure. Everything else (``watch``, ``stop_recording``, ...) is the wrapped tape's.
+    structure. The gradients of sources registered with ``register_local_source`` stay on
+    their rank (see ``ringtrain.tensorflow.local_sources``). Everything else (``watch``,
+    ``stop_recording``, ...) is the wrapped tape's.
     """
 
     def __init__(
@@ -22,10 +24,11 @@ class DistributedGradientTape:
         sparse_as_dense=False,
         op=Average,
         gradient_predivide_factor=1.0,
+        scale_local_gradients=True,
     ):
         self._tape = gradtape
         self._reduction = GradientReduction(
-            op, compression, sparse_as_dense, gradient_predivide_factor
+            op, compression, sparse_as_dense, gradient_predivide_factor, scale_local_gradients
         )
 
     def __enter__(self):
@@ -37,6 +40,10 @@ class DistributedGradientTape:
 
     def __getattr__(self, name):
         return getattr(self._tape, name)
+
+    def register_local_source(self, source) -> None:
+        """Keep the gradient of ``source`` (a variable) on this rank: it is not exchanged."""
+        self._reduction.local_sources.add(source)
 
     def gradient(
         self,
@@ -51,3 +58,25 @@ class DistributedGradientTape:
             tf.nest.flatten(grads), tf.nest.flatten(sources), "DistributedGradientTape"
         )
         return tf.nest.pack_sequence_as(grads, reduced)
+
+
+def PartialDistributedGradientTape(  # noqa: N802 - Horovod's name for this factory
+    gradtape,
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    local_layers=None,
+    scale_local_gradients=True,
+):
+    """Return a ``DistributedGradientTape`` that keeps the gradients of ``local_layers`` local.
+
+    ``local_layers``: a Keras layer or a list of them, whose trainable weights' gradients
+    are not exchanged (divided by the number of ranks unless ``scale_local_gradients`` is
+    False).
+    """
+    tape = DistributedGradientTape(
+        gradtape, compression, sparse_as_dense, op, gradient_predivide_factor, scale_local_gradients
+    )
+    tape._reduction.local_sources.add_layers(local_layers or [])
+    return tape

@@ -24,7 +24,11 @@ from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.tensorflow.collectives import broadcast_variables
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.keras import callbacks
-from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer, register
+from ringtrain.tensorflow.keras.optimizer import (
+    DistributedOptimizer,
+    PartialDistributedOptimizer,
+    register,
+)
 from ringtrain.tensorflow.keras.values import allgather, allreduce, broadcast, reducescatter
 from ringtrain.tensorflow.sync_batch_norm import SyncBatchNormalization
 
@@ -47,6 +51,7 @@ __all__ = [
     "DistributedOptimizer",
     "Max",
     "Min",
+    "PartialDistributedOptimizer",
     "Product",
     "ReduceOp",
     "Sum",

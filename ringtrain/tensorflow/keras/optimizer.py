@@ -50,6 +50,13 @@ class _Distributed:
         self._rt_passes = passes
         self._rt_average_passes = average
 
+    def register_local_var(self, var) -> None:
+        """Keep the gradient of ``var`` on this rank: it is not exchanged (Horovod's name).
+
+        Registrations are not part of the config: register again after loading a model.
+        """
+        self._rt_reduction.local_sources.add(var)
+
     def build(self, variables):
         """Create the optimizer's variables, and the local accumulators if passes > 1.
 
@@ -177,6 +184,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     op=Average,
     backward_passes_per_step=1,
     average_aggregated_gradients=False,
+    scale_local_gradients=True,
 ):
     """Return a copy of the Keras ``optimizer`` that applies gradients reduced over all ranks.
 
@@ -185,7 +193,8 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     through ``get_config``/``from_config`` and ``model.save``/``load_model``. With
     ``backward_passes_per_step`` k > 1 it applies, every k-th step, the sum of the k local
     gradients reduced over ranks, or their mean with ``average_aggregated_gradients``, as
-    Horovod does.
+    Horovod does. The gradients of variables registered with ``register_local_var`` are
+    not exchanged (see ``ringtrain.tensorflow.local_sources``).
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"expected a Keras 3 optimizer instance, got {type(optimizer).__name__}")
@@ -201,8 +210,23 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
         "gradient_predivide_factor": gradient_predivide_factor,
         "backward_passes_per_step": backward_passes_per_step,
         "average_aggregated_gradients": average_aggregated_gradients,
+        "scale_local_gradients": scale_local_gradients,
     }
     return _distributed_class(type(optimizer)).from_config(config)
+
+
+def PartialDistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
+    optimizer, local_layers=None, **kwargs
+):
+    """Return ``DistributedOptimizer(optimizer, **kwargs)`` keeping ``local_layers`` local.
+
+    ``local_layers``: a Keras layer or a list of them, whose trainable weights' gradients
+    are not exchanged (divided by the number of ranks unless ``scale_local_gradients`` is
+    False). Build the layers first: their weights must exist.
+    """
+    distributed = DistributedOptimizer(optimizer, **kwargs)
+    distributed._rt_reduction.local_sources.add_layers(local_layers or [])
+    return distributed
 
 
 def register(optimizer_classes) -> dict:

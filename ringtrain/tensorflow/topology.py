@@ -1,0 +1,25 @@
+"""The job's shape as TensorFlow tensors (Horovod's ``size_op``, ``rank_op`` and kin)."""
+
+import tensorflow as tf
+
+from ringtrain import api
+
+
+def size_op(name=None):
+    """Return the number of ranks as an int32 scalar tensor."""
+    return tf.constant(api.size(), tf.int32, name=name)
+
+
+def rank_op(name=None):
+    """Return this rank as an int32 scalar tensor."""
+    return tf.constant(api.rank(), tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    """Return the number of ranks on this host as an int32 scalar tensor."""
+    return tf.constant(api.local_size(), tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    """Return this rank's index among its host's ranks as an int32 scalar tensor."""
+    return tf.constant(api.local_rank(), tf.int32, name=name)
