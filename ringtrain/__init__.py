@@ -2,6 +2,7 @@
 
 from ringtrain import capabilities
 from ringtrain.api import (
+    add_process_set,
     allgather,
     allgather_async,
     allgather_object,
@@ -27,6 +28,7 @@ from ringtrain.api import (
     rank,
     reducescatter,
     reducescatter_async,
+    remove_process_set,
     shutdown,
     size,
     start_timeline,
@@ -43,6 +45,7 @@ from ringtrain.errors import (
     StallError,
 )
 from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.process_sets import ProcessSet, global_process_set
 
 __all__ = [
     "Average",
@@ -52,11 +55,13 @@ __all__ = [
     "Min",
     "MismatchError",
     "NotInitializedError",
+    "ProcessSet",
     "Product",
     "ReduceOp",
     "RingtrainError",
     "StallError",
     "Sum",
+    "add_process_set",
     "allgather",
     "allgather_async",
     "allgather_object",
@@ -70,6 +75,7 @@ __all__ = [
     "broadcast_object",
     "cross_rank",
     "cross_size",
+    "global_process_set",
     "grouped_allreduce",
     "grouped_allreduce_async",
     "init",
@@ -82,6 +88,7 @@ __all__ = [
     "rank",
     "reducescatter",
     "reducescatter_async",
+    "remove_process_set",
     "shutdown",
     "size",
     "start_timeline",

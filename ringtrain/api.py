@@ -7,6 +7,7 @@ return a handle at once, and ``synchronize(handle)`` waits for it.
 """
 
 import atexit
+import dataclasses
 import itertools
 import math
 import os
@@ -23,6 +24,7 @@ from ringtrain.engine.handle import Handle
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.kernels import is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
+from ringtrain.process_sets import ProcessSet, global_process_set
 from ringtrain.ring.schedule import segment_bounds
 from ringtrain.topology import Topology
 
@@ -30,19 +32,29 @@ _SUPPORTED = frozenset(SUPPORTED)
 _engine = None  # the Engine between init() and shutdown()
 _binding = None  # how init() pinned this rank's threads, for shutdown() to undo
 _topology: Topology | None = None
-_counters: dict[str, itertools.count] = {}
+_comm = None  # the communicator init() ran on, which process sets split
+_sets: dict[int, tuple[ProcessSet, object]] = {}  # id -> (set, its communicator or COMM_NULL)
+_changes: dict[str, int] = {}  # how many sets were added and removed: names their agreement
+_counters: dict[tuple[int, str], itertools.count] = {}  # (process set id, kind) -> count
 _atexit_registered = False
 _blocking_call = threading.local()  # .active: a blocking call is submitting (see _blocking)
 
 
-def init(comm=None, **settings) -> None:
+def init(comm=None, process_sets=None, **settings) -> None:
     """Start ringtrain on ``comm`` (an mpi4py communicator, a list of world ranks, or None).
 
-    None means ``MPI.COMM_WORLD``. Keyword arguments override ``RINGTRAIN_*`` settings (see
-    ``ringtrain.settings.Settings``). Collective over ``comm``; a second call is a no-op.
+    None means ``MPI.COMM_WORLD``. ``process_sets``: ``ProcessSet``s (or lists of ranks) to
+    register at once, as ``add_process_set`` does. Keyword arguments override
+    ``RINGTRAIN_*`` settings (see ``ringtrain.settings.Settings``). Collective over
+    ``comm``; a second call is a no-op (and refuses ``process_sets``).
     """
-    global _engine, _topology, _binding, _atexit_registered
+    global _engine, _topology, _binding, _atexit_registered, _comm
     if _engine is not None:
+        if process_sets:
+            raise ValueError(
+                "ringtrain is already initialised, so init() cannot register process sets; "
+                "use add_process_set()"
+            )
         return
     config = settings_module.read(**settings)
     # Imported here, not at the top: importing mpi4py.MPI initialises MPI, which a launcher
@@ -63,10 +75,16 @@ def init(comm=None, **settings) -> None:
     # Before the engine starts its thread, which then runs where the rank's other threads do.
     _binding = affinity.bind_ranks(comm, config.bind_cores)
     _engine = Engine(comm, config, _topology)
+    _comm = comm
     _counters.clear()
+    _changes.clear()
+    global_process_set.ranks = list(range(_topology.size))
+    global_process_set.bind(0, _topology.rank, _engine)
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered = True
+    for process_set in process_sets or ():
+        add_process_set(process_set)
 
 
 def _resolve_comm(comm, MPI):
@@ -100,11 +118,130 @@ def shutdown() -> None:
     had before it.
     """
     global _engine, _topology, _binding
+    for process_set, _ in list(_sets.values()):
+        _drop(process_set)
     if _engine is not None:
+        global_process_set.unbind()
         engine, _engine, _topology = _engine, None, None
         engine.shutdown()
     binding, _binding = _binding, None
     affinity.unbind(binding)
+
+
+def add_process_set(process_set) -> ProcessSet:
+    """Register ``process_set`` (a ``ProcessSet`` or a list of ranks) and return it.
+
+    Collective over the whole job: every rank must add the same sets in the same order
+    (ranks that add different ones all get a ValueError). The set's ranks start an engine
+    for it, with its own thread and shared-memory file; the timeline records only the
+    whole job's collectives.
+    """
+    engine = _the_engine()
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set!r} is already registered")
+    count = _changes.get("add", 0)
+    proposals = allgather_object(process_set.ranks, name=f"add_process_set.{count}")
+    # Every rank checks the same proposals against the same registry, so all agree.
+    if any(p != proposals[0] for p in proposals):
+        parts = ", ".join(f"rank {r}: {p}" for r, p in enumerate(proposals))
+        raise ValueError(f"add_process_set: ranks add different process sets ({parts})")
+    outside = [r for r in process_set.ranks if not 0 <= r < size()]
+    if outside:
+        raise ValueError(f"process set ranks {outside} are outside [0, {size()})")
+    for known, _ in _sets.values():
+        if known.ranks == process_set.ranks:
+            raise ValueError(
+                f"a process set of ranks {known.ranks} is already registered: {known!r}"
+            )
+    from mpi4py import MPI
+
+    from ringtrain.engine.core import Engine
+    from ringtrain.topology import discover
+
+    member = rank() in process_set.ranks
+    comm = _comm.Split(0 if member else MPI.UNDEFINED, rank())
+    set_engine = None
+    if member:
+        settings = dataclasses.replace(engine.settings, timeline=None)
+        set_engine = Engine(comm, settings, discover(comm))
+    process_set_id = count + 1  # 0 is the whole job's
+    _changes["add"] = count + 1
+    process_set.bind(process_set_id, rank(), set_engine)
+    _sets[process_set_id] = (process_set, comm)
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Unregister ``process_set`` and stop its engine; return False for the global set.
+
+    Collective over the whole job, like ``add_process_set``. Its pending handles fail.
+    """
+    _the_engine()
+    if process_set is global_process_set:
+        return False
+    registered = _sets.get(getattr(process_set, "process_set_id", None))
+    if registered is None or registered[0] is not process_set:
+        raise ValueError(f"{process_set!r} is not a registered process set")
+    count = _changes.get("remove", 0)
+    ids = allgather_object(process_set.process_set_id, name=f"remove_process_set.{count}")
+    _changes["remove"] = count + 1
+    if any(i != ids[0] for i in ids):
+        parts = ", ".join(f"rank {r}: {i}" for r, i in enumerate(ids))
+        raise ValueError(
+            f"remove_process_set: ranks remove different process sets, by id ({parts})"
+        )
+    _drop(process_set)
+    return True
+
+
+def _drop(process_set):
+    """Stop this rank's engine of a registered set, free its communicator, forget it."""
+    _, comm = _sets.pop(process_set.process_set_id)
+    if process_set.engine is not None:
+        process_set.engine.shutdown()
+        comm.Free()
+    process_set.unbind()
+
+
+def _engine_for(process_set):
+    """Return the engine that runs collectives over ``process_set`` (None: every rank)."""
+    if process_set is None or process_set is global_process_set:
+        return _the_engine()
+    _the_engine()
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise ValueError(
+            f"{process_set!r} is not registered: pass it to init(process_sets=...) or "
+            "add_process_set() first"
+        )
+    if process_set.engine is None:
+        raise ValueError(
+            f"rank {rank()} is not in {process_set!r}: only its ranks run its collectives"
+        )
+    return process_set.engine
+
+
+def registered_process_set(ranks) -> ProcessSet | None:
+    """Return the registered process set of ``ranks`` (None for every rank's), or raise."""
+    ranks = sorted(ranks)
+    if ranks == list(range(size())):
+        return None
+    for known, _ in _sets.values():
+        if known.ranks == ranks:
+            return known
+    raise ValueError(
+        f"no process set of ranks {ranks} is registered; add it (add_process_set) first"
+    )
+
+
+def _ranks_of(process_set) -> list:
+    """Return the job's ranks in ``process_set`` (None: every rank), in order."""
+    if process_set is None or process_set is global_process_set:
+        return list(range(size()))
+    return process_set.ranks
 
 
 def is_initialized() -> bool:
@@ -188,10 +325,12 @@ def _input(tensor, what: str, allow_device: bool = False):
     return _host_array(tensor, what)
 
 
-def _name(kind: str, name) -> str:
+def _name(kind: str, name, process_set=None) -> str:
     if name is not None:
         return str(name)
-    return f"{kind}.noname.{next(_counters.setdefault(kind, itertools.count()))}"
+    process_set_id = 0 if process_set is None else process_set.process_set_id
+    count = _counters.setdefault((process_set_id, kind), itertools.count())
+    return f"{kind}.noname.{next(count)}"
 
 
 def _scale(value, label, dtype) -> float:
@@ -224,6 +363,10 @@ def _check_out(out, array):
 
 
 # -- collectives ----------------------------------------------------------------------
+#
+# Every collective runs over ``process_set`` (a registered ``ProcessSet``; None or
+# ``global_process_set``: every rank). Only the set's ranks may call it; ``root_rank`` is
+# a rank of the whole job, and results come in the order of the set's ranks.
 
 
 def allreduce_async(
@@ -235,6 +378,7 @@ def allreduce_async(
     postscale_factor=1.0,
     out=None,
     read_only=False,
+    process_set=None,
 ) -> Handle:
     """Start reducing ``tensor`` over all ranks (default op Average); return a handle.
 
@@ -243,10 +387,16 @@ def allreduce_async(
     ``read_only=True`` the result may be a read-only array in shared memory that every rank
     of the host reads (one copy fewer); for callers that never write to results.
     """
-    engine = _the_engine()
+    engine = _engine_for(process_set)
     array = _input(tensor, "allreduce", allow_device=True)
     meta = _allreduce_meta(
-        _name("allreduce", name), array, array.shape, op, average, prescale_factor, postscale_factor
+        _name("allreduce", name, process_set),
+        array,
+        array.shape,
+        op,
+        average,
+        prescale_factor,
+        postscale_factor,
     )
     return _submit(engine, meta, array, _check_out(out, array), bool(read_only))
 
@@ -277,6 +427,7 @@ def allreduce(
     postscale_factor=1.0,
     out=None,
     read_only=False,
+    process_set=None,
 ):
     """Reduce ``tensor`` over all ranks and return the result (see ``allreduce_async``)."""
     return _blocking(
@@ -289,18 +440,25 @@ def allreduce(
         postscale_factor,
         out,
         read_only,
+        process_set,
     )
 
 
 def grouped_allreduce_async(
-    tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=None,
 ) -> Handle:
     """Start reducing ``tensors`` (one dtype) together as one unit; return one handle.
 
     The group is negotiated and fused as a whole, so it costs the engine one submission, not
     one per tensor. ``synchronize`` on the handle returns the list of results, in order.
     """
-    engine = _the_engine()
+    engine = _engine_for(process_set)
     arrays = [_input(t, "grouped_allreduce", allow_device=True) for t in tensors]
     if not arrays:
         raise ValueError("grouped_allreduce needs at least one tensor; got an empty list")
@@ -316,7 +474,7 @@ def grouped_allreduce_async(
     shapes = tuple(tuple(a.shape) for a in arrays)
     total = sum(math.prod(s) for s in shapes)
     meta = _allreduce_meta(
-        _name("grouped_allreduce", name),
+        _name("grouped_allreduce", name, process_set),
         first,
         (total,),
         op,
@@ -329,22 +487,35 @@ def grouped_allreduce_async(
 
 
 def grouped_allreduce(
-    tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=None,
 ) -> list:
     """Reduce ``tensors`` as one group and return the results in order."""
     return _blocking(
-        grouped_allreduce_async, tensors, average, name, op, prescale_factor, postscale_factor
+        grouped_allreduce_async,
+        tensors,
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
     )
 
 
-def allgather_async(tensor, name=None) -> Handle:
+def allgather_async(tensor, name=None, process_set=None) -> Handle:
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
-    engine = _the_engine()
+    engine = _engine_for(process_set)
     array = _input(tensor, "allgather")
     if array.ndim == 0:
         raise ValueError("allgather needs an array of at least one dimension; got a 0-d array")
     meta = messages.Meta(
-        name=_name("allgather", name),
+        name=_name("allgather", name, process_set),
         kind=messages.ALLGATHER,
         dtype=name_of(array.dtype),
         shape=array.shape,
@@ -352,18 +523,18 @@ def allgather_async(tensor, name=None) -> Handle:
     return _submit(engine, meta, array)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=None):
     """Return every rank's ``tensor`` concatenated along dimension 0, in rank order."""
-    return _blocking(allgather_async, tensor, name)
+    return _blocking(allgather_async, tensor, name, process_set)
 
 
-def broadcast_async(tensor, root_rank, name=None) -> Handle:
+def broadcast_async(tensor, root_rank, name=None, process_set=None) -> Handle:
     """Start sending ``root_rank``'s ``tensor`` to every rank."""
-    engine = _the_engine()
+    engine = _engine_for(process_set)
     array = _input(tensor, "broadcast")
-    root = _root(root_rank)
+    root = _root(root_rank, process_set)
     meta = messages.Meta(
-        name=_name("broadcast", name),
+        name=_name("broadcast", name, process_set),
         kind=messages.BROADCAST,
         dtype=name_of(array.dtype),
         shape=array.shape,
@@ -372,30 +543,33 @@ def broadcast_async(tensor, root_rank, name=None) -> Handle:
     return _submit(engine, meta, array)
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, process_set=None):
     """Return ``root_rank``'s ``tensor`` on every rank (a new array)."""
-    return _blocking(broadcast_async, tensor, root_rank, name)
+    return _blocking(broadcast_async, tensor, root_rank, name, process_set)
 
 
-def _root(root_rank) -> int:
-    n = size()
+def _root(root_rank, process_set) -> int:
+    """Return the index of job rank ``root_rank`` in ``process_set``, checking it is there."""
     if isinstance(root_rank, bool) or not isinstance(root_rank, int | np.integer):
         raise TypeError(f"root_rank must be an int, got {root_rank!r}")
-    if not 0 <= root_rank < n:
-        raise ValueError(f"root_rank {root_rank} is outside [0, {n})")
-    return int(root_rank)
+    ranks = _ranks_of(process_set)
+    if root_rank not in ranks:
+        if process_set is None or process_set is global_process_set:
+            raise ValueError(f"root_rank {root_rank} is outside [0, {len(ranks)})")
+        raise ValueError(f"root_rank {root_rank} is not in {process_set!r}")
+    return ranks.index(root_rank)
 
 
-def alltoall_async(tensor, splits=None, name=None) -> Handle:
+def alltoall_async(tensor, splits=None, name=None, process_set=None) -> Handle:
     """Start sending ``splits[j]`` rows of ``tensor`` to rank j, receiving rows from each rank.
 
     Without ``splits`` the rows are spread evenly, the first ranks getting one more.
     """
-    engine = _the_engine()
+    engine = _engine_for(process_set)
     array = _input(tensor, "alltoall")
     if array.ndim == 0:
         raise ValueError("alltoall needs an array of at least one dimension; got a 0-d array")
-    n = size()
+    n = len(_ranks_of(process_set))
     if splits is None:
         splits = tuple(hi - lo for lo, hi in segment_bounds(array.shape[0], n))
     else:
@@ -406,7 +580,7 @@ def alltoall_async(tensor, splits=None, name=None) -> Handle:
                 f"the first dimension, {array.shape[0]}"
             )
     meta = messages.Meta(
-        name=_name("alltoall", name),
+        name=_name("alltoall", name, process_set),
         kind=messages.ALLTOALL,
         dtype=name_of(array.dtype),
         shape=array.shape,
@@ -415,25 +589,25 @@ def alltoall_async(tensor, splits=None, name=None) -> Handle:
     return _submit(engine, meta, array)
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=None):
     """Return the rows every rank sent to this one, concatenated in rank order."""
-    return _blocking(alltoall_async, tensor, splits, name)
+    return _blocking(alltoall_async, tensor, splits, name, process_set)
 
 
 def reducescatter_async(
-    tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0
+    tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
 ) -> Handle:
     """Start reducing ``tensor`` over all ranks, keeping this rank's share of dimension 0.
 
     Rows are shared out evenly, the first ranks getting one more.
     """
-    engine = _the_engine()
+    engine = _engine_for(process_set)
     array = _input(tensor, "reducescatter")
     if array.ndim == 0:
         raise ValueError("reducescatter needs an array of at least one dimension; got 0-d")
     op = as_reduce_op(op)
     meta = messages.Meta(
-        name=_name("reducescatter", name),
+        name=_name("reducescatter", name, process_set),
         kind=messages.REDUCESCATTER,
         dtype=name_of(array.dtype),
         shape=array.shape,
@@ -444,25 +618,37 @@ def reducescatter_async(
     return _submit(engine, meta, array)
 
 
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(
+    tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+):
     """Return this rank's share of ``tensor`` reduced over all ranks."""
-    return _blocking(reducescatter_async, tensor, op, name, prescale_factor, postscale_factor)
+    return _blocking(
+        reducescatter_async, tensor, op, name, prescale_factor, postscale_factor, process_set
+    )
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Return ``root_rank``'s ``obj`` (any picklable object) on every rank."""
-    root = _root(root_rank)
-    payload = pickle.dumps(obj) if rank() == root else b""
-    gathered = allgather(np.frombuffer(payload, np.uint8), name=_name("broadcast_object", name))
+    _engine_for(process_set)
+    _root(root_rank, process_set)
+    payload = pickle.dumps(obj) if rank() == root_rank else b""
+    gathered = allgather(
+        np.frombuffer(payload, np.uint8),
+        name=_name("broadcast_object", name, process_set),
+        process_set=process_set,
+    )
     return pickle.loads(gathered.tobytes())
 
 
-def allgather_object(obj, name=None) -> list:
+def allgather_object(obj, name=None, process_set=None) -> list:
     """Return the list of every rank's ``obj`` (any picklable object), in rank order."""
+    _engine_for(process_set)
     payload = np.frombuffer(pickle.dumps(obj), np.uint8)
-    base = _name("allgather_object", name)
-    lengths = allgather(np.array([payload.size], np.int64), name=f"{base}.lengths")
-    data = allgather(payload, name=base).tobytes()
+    base = _name("allgather_object", name, process_set)
+    lengths = allgather(
+        np.array([payload.size], np.int64), name=f"{base}.lengths", process_set=process_set
+    )
+    data = allgather(payload, name=base, process_set=process_set).tobytes()
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     return [pickle.loads(data[offsets[i] : offsets[i + 1]]) for i in range(len(lengths))]
 
@@ -472,20 +658,22 @@ def join() -> int:
 
     Until every rank has joined, this rank keeps taking part in the others' allreduces
     (contributing the op's identity; Average divides by the ranks that contributed) and
-    allgathers (contributing no rows). Alltoall and reducescatter fail while a rank waits here.
+    allgathers (contributing no rows). Alltoall and reducescatter fail while a rank waits
+    here. It covers the whole job's collectives, not those of process sets.
     """
     engine = _the_engine()
     meta = messages.Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
     return _blocking(_submit, engine, meta, None)
 
 
-def barrier() -> None:
+def barrier(process_set=None) -> None:
     """Return once every rank has called ``barrier()``; ranks that have joined count as there.
 
     It goes through the engine like any collective, so every rank must call it in the same
     order relative to its other unnamed calls.
     """
-    allreduce(np.zeros(0, np.uint8), op=ReduceOp.Sum, name=_name("barrier", None))
+    name = _name("barrier", None, process_set)
+    allreduce(np.zeros(0, np.uint8), op=ReduceOp.Sum, name=name, process_set=process_set)
 
 
 def start_timeline(file_path, mark_cycles=False) -> None:
@@ -518,8 +706,10 @@ def synchronize(handle: Handle):
 
 def _submit(engine, meta, array, out=None, read_only=False) -> Handle:
     """Queue one collective with ``engine``; return its handle."""
-    wake = not getattr(_blocking_call, "active", False)
-    return engine.submit(meta, array, out, read_only, wake).handle
+    blocking = getattr(_blocking_call, "active", False)
+    if blocking:
+        _blocking_call.engine = engine  # the engine that _blocking waits with
+    return engine.submit(meta, array, out, read_only, not blocking).handle
 
 
 def _blocking(start, *args):
@@ -529,12 +719,12 @@ def _blocking(start, *args):
     turns itself, which saves a hand-off between threads each way, or wakes the thread where
     it cannot (``Engine.wait``).
     """
-    engine = _the_engine()
     _blocking_call.active = True
     try:
         handle = start(*args)
     finally:
         _blocking_call.active = False
+    engine, _blocking_call.engine = _blocking_call.engine, None  # keep no stopped engine alive
     return engine.wait(handle)
 
 

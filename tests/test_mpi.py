@@ -108,6 +108,13 @@ def test_tensors_of_a_ring_chunk_or_more_skip_the_fusion_buffer(np):
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_process_sets(np):
+    # Calls that ranks name differently would stall: stop such a job within seconds.
+    env = {"RINGTRAIN_STALL_CHECK_SECONDS": "2", "RINGTRAIN_STALL_SHUTDOWN_SECONDS": "10"}
+    check("check_process_sets.py", np, env=env, timeout=240)
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_other_collectives(np):
     check("check_collectives.py", np)
 

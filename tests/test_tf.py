@@ -41,6 +41,13 @@ def test_local_sources_and_layers(np, inter_op):
     _check("check_tf_local.py", np, "--inter-op", str(inter_op))
 
 
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_process_sets(np):
+    # Sites that ranks name differently would stall: stop such a job within seconds.
+    env = {"RINGTRAIN_STALL_CHECK_SECONDS": "2", "RINGTRAIN_STALL_SHUTDOWN_SECONDS": "10"}
+    _check("check_tf_process_sets.py", np, "--inter-op", "1", env=env)
+
+
 def test_equivalence_optimizers_callbacks_saving_one_inter_op_thread(tmp_path):
     _check("check_tf_train.py", 2, "--inter-op", "1", "--dir", tmp_path, timeout=300)
 

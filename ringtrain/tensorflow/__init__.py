@@ -7,6 +7,7 @@ import os
 
 from ringtrain import capabilities, tf_allocator
 from ringtrain.api import (
+    add_process_set,
     allgather_object,
     barrier,
     broadcast_object,
@@ -18,6 +19,7 @@ from ringtrain.api import (
     local_rank,
     local_size,
     rank,
+    remove_process_set,
     shutdown,
     size,
     start_timeline,
@@ -33,6 +35,7 @@ from ringtrain.errors import (
     StallError,
 )
 from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.process_sets import ProcessSet, global_process_set
 from ringtrain.tensorflow.collectives import (
     allgather,
     allreduce,
@@ -55,6 +58,10 @@ from ringtrain.tensorflow.topology import local_rank_op, local_size_op, rank_op,
 tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
 __all__ = [
+    "ProcessSet",
+    "add_process_set",
+    "global_process_set",
+    "remove_process_set",
     "Average",
     "Compression",
     "DistributedGradientTape",

@@ -5,6 +5,9 @@ differentiated as the sum of every rank's loss: the gradient of a Sum (Average) 
 is the Sum (Average) allreduce of the incoming gradients, that of an allgather is this
 rank's rows of their Sum, and that of a broadcast is their Sum on the root (zero elsewhere).
 Every rank must take the same gradients, since they are collectives too.
+
+Each collective runs over ``process_set`` (a registered ``ringtrain.ProcessSet``; None: every
+rank), and so do its gradients.
 """
 
 import functools
@@ -14,6 +17,7 @@ import tensorflow as tf
 
 from ringtrain import api
 from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
+from ringtrain.process_sets import resolve
 from ringtrain.tensorflow import bridge, compat, exchange
 from ringtrain.tensorflow.compression import Compression
 
@@ -44,6 +48,7 @@ def allreduce(
     postscale_factor=1.0,
     name=None,
     average=None,
+    process_set=None,
 ):
     """Return ``tensor`` reduced over all ranks (default op Average); same shape and dtype.
 
@@ -53,17 +58,17 @@ def allreduce(
     """
     op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
-        site = name or compat.site_name("allreduce.sparse")
+        site = name or exchange.site_name("allreduce.sparse", process_set)
         return exchange.allreduce_gradients(
-            [tensor], ["tensor"], site, op=op, compression=compression
+            [tensor], ["tensor"], site, op=op, compression=compression, process_set=process_set
         )[0]
     wire, ctx = compression.compress(tf.convert_to_tensor(tensor))
     return compression.decompress(
-        _allreduce(wire, op, prescale_factor, postscale_factor, name), ctx
+        _allreduce(wire, op, prescale_factor, postscale_factor, name, process_set), ctx
     )
 
 
-def _allreduce(tensor, op, prescale, postscale, name):
+def _allreduce(tensor, op, prescale, postscale, name, process_set):
     @tf.custom_gradient
     def forward(x):
         start = functools.partial(
@@ -72,13 +77,14 @@ def _allreduce(tensor, op, prescale, postscale, name):
             op=op,
             prescale_factor=prescale,
             postscale_factor=postscale,
+            process_set=process_set,
         )  # never a shared result: see exchange.allreduce_gradients
         y = bridge.run(start, [x], x.dtype, "allreduce")
         y.set_shape(x.shape)
 
         def grad(dy):
             _check_differentiable(op, "allreduce")
-            return _allreduce(dy, op, prescale, postscale, _grad_name(name))
+            return _allreduce(dy, op, prescale, postscale, _grad_name(name), process_set)
 
         return y, grad
 
@@ -92,6 +98,7 @@ def grouped_allreduce(
     prescale_factor=1.0,
     postscale_factor=1.0,
     name=None,
+    process_set=None,
 ):
     """Return ``tensors`` reduced over all ranks as one group (fused together), in order."""
     op = resolve_op(op)
@@ -99,11 +106,11 @@ def grouped_allreduce(
         return []
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     wires = [wire for wire, _ in compressed]
-    outputs = _grouped_allreduce(wires, op, prescale_factor, postscale_factor, name)
+    outputs = _grouped_allreduce(wires, op, prescale_factor, postscale_factor, name, process_set)
     return [compression.decompress(y, ctx) for y, (_, ctx) in zip(outputs, compressed, strict=True)]
 
 
-def _grouped_allreduce(tensors, op, prescale, postscale, name):
+def _grouped_allreduce(tensors, op, prescale, postscale, name, process_set):
     @tf.custom_gradient
     def forward(*xs):
         def start(*arrays):
@@ -113,6 +120,7 @@ def _grouped_allreduce(tensors, op, prescale, postscale, name):
                 op=op,
                 prescale_factor=prescale,
                 postscale_factor=postscale,
+                process_set=process_set,
             )
 
         ys = bridge.run(start, xs, [x.dtype for x in xs], "grouped_allreduce")
@@ -121,28 +129,31 @@ def _grouped_allreduce(tensors, op, prescale, postscale, name):
 
         def grad(*dys):
             _check_differentiable(op, "grouped_allreduce")
-            return _grouped_allreduce(list(dys), op, prescale, postscale, _grad_name(name))
+            return _grouped_allreduce(
+                list(dys), op, prescale, postscale, _grad_name(name), process_set
+            )
 
         return ys, grad
 
     return forward(*tensors)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=None):
     """Return every rank's ``tensor`` concatenated along dimension 0 (sizes may differ)."""
     tensor = tf.convert_to_tensor(tensor)
     _at_least_1d(tensor, "allgather")
+    start = functools.partial(api.allgather_async, name=name, process_set=process_set)
 
     @tf.custom_gradient
     def forward(x):
-        y = bridge.run(functools.partial(api.allgather_async, name=name), [x], x.dtype, "allgather")
+        y = bridge.run(start, [x], x.dtype, "allgather")
         y.set_shape(_rows_unknown(x.shape))
 
         def grad(dy):
-            summed = _allreduce(dy, Sum, 1.0, 1.0, _grad_name(name))
+            summed = _allreduce(dy, Sum, 1.0, 1.0, _grad_name(name), process_set)
             rows = tf.shape(x, out_type=tf.int64)[:1]
-            counts = allgather(rows, name=_grad_name(name, "rows"))
-            first = tf.reduce_sum(counts[: api.rank()])
+            counts = allgather(rows, name=_grad_name(name, "rows"), process_set=process_set)
+            first = tf.reduce_sum(counts[: resolve(process_set).rank()])
             return summed[first : first + rows[0]]
 
         return y, grad
@@ -150,19 +161,19 @@ def allgather(tensor, name=None):
     return forward(tensor)
 
 
-def broadcast(tensor, root_rank, name=None):
-    """Return ``root_rank``'s ``tensor`` on every rank."""
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """Return ``root_rank``'s ``tensor`` (a rank of the whole job) on every rank."""
     tensor = tf.convert_to_tensor(tensor)
     wire, restore = exchange.engine_wire(tensor)
     if wire is not tensor:  # bool, uint32, ...: not differentiable anyway
-        return restore(_broadcast_once(wire, root_rank, name))
+        return restore(_broadcast_once(wire, root_rank, name, process_set))
 
     @tf.custom_gradient
     def forward(x):
-        y = _broadcast_once(x, root_rank, name)
+        y = _broadcast_once(x, root_rank, name, process_set)
 
         def grad(dy):
-            summed = _allreduce(dy, Sum, 1.0, 1.0, _grad_name(name))
+            summed = _allreduce(dy, Sum, 1.0, 1.0, _grad_name(name), process_set)
             return summed if api.rank() == root_rank else tf.zeros_like(summed)
 
         return y, grad
@@ -170,14 +181,16 @@ def broadcast(tensor, root_rank, name=None):
     return forward(tensor)
 
 
-def _broadcast_once(x, root_rank, name):
-    start = functools.partial(api.broadcast_async, root_rank=root_rank, name=name)
+def _broadcast_once(x, root_rank, name, process_set):
+    start = functools.partial(
+        api.broadcast_async, root_rank=root_rank, name=name, process_set=process_set
+    )
     y = bridge.run(start, [x], x.dtype, "broadcast")
     y.set_shape(x.shape)
     return y
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=None):
     """Send ``splits[j]`` rows of ``tensor`` to rank j; return the rows received, by rank.
 
     Without ``splits`` the rows are spread evenly, the first ranks getting one more.
@@ -189,14 +202,16 @@ def alltoall(tensor, splits=None, name=None):
         inputs.append(tf.cast(tf.reshape(splits, [-1]), tf.int64))
 
     def start(array, split_array=None):
-        return api.alltoall_async(array, splits=split_array, name=name)
+        return api.alltoall_async(array, splits=split_array, name=name, process_set=process_set)
 
     y = bridge.run(start, inputs, tensor.dtype, "alltoall")
     y.set_shape(_rows_unknown(tensor.shape))
     return y
 
 
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(
+    tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+):
     """Return this rank's share (of dimension 0) of ``tensor`` reduced over all ranks."""
     tensor = tf.convert_to_tensor(tensor)
     _at_least_1d(tensor, "reducescatter")
@@ -206,6 +221,7 @@ def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_
         name=name,
         prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
+        process_set=process_set,
     )
     y = bridge.run(start, [tensor], tensor.dtype, "reducescatter")
     y.set_shape(_rows_unknown(tensor.shape))
@@ -222,15 +238,16 @@ def _join():
     return np.int32(api.join())
 
 
-def broadcast_variables(variables, root_rank=0):
+def broadcast_variables(variables, root_rank=0, process_set=None):
     """Assign ``root_rank``'s value to each of ``variables`` on every rank."""
     variables = list(variables)
     labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
     values = exchange.broadcast_tensors(
         [tf.convert_to_tensor(v) for v in variables],
         labels,
-        compat.site_name("broadcast_variables"),
+        exchange.site_name("broadcast_variables", process_set),
         root_rank,
+        process_set,
     )
     for variable, value in zip(variables, values, strict=True):
         variable.assign(value)

@@ -24,6 +24,7 @@ from ringtrain import api
 from ringtrain.dtypes import SUPPORTED
 from ringtrain.errors import MismatchError
 from ringtrain.ops import Average, Sum, as_reduce_op
+from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.local_sources import LocalSources
@@ -58,7 +59,16 @@ class _Plan:
         self.finish = finish
 
 
-def _reducer(op, prescale, postscale, read_only):
+def site_name(base, process_set):
+    """Return ``compat.site_name`` for ``base``, whose sites over a process set count apart.
+
+    A rank outside the set has none of its sites, so they must not shift its other names.
+    """
+    process_set_id = resolve(process_set).process_set_id
+    return compat.site_name(base if process_set_id == 0 else f"{base}.set{process_set_id}")
+
+
+def _reducer(op, prescale, postscale, read_only, process_set):
     def start(name):
         return functools.partial(
             api.allreduce_async,
@@ -67,25 +77,30 @@ def _reducer(op, prescale, postscale, read_only):
             prescale_factor=prescale,
             postscale_factor=postscale,
             read_only=read_only,
+            process_set=process_set,
         )
 
     return start
 
 
-def _gatherer(name):
-    return functools.partial(api.allgather_async, name=name)
+def _gatherer(process_set):
+    def start(name):
+        return functools.partial(api.allgather_async, name=name, process_set=process_set)
+
+    return start
 
 
-def _dense_plan(grad, op, compression, prescale, postscale, shared):
+def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set):
     wire, ctx = compression.compress(tf.convert_to_tensor(grad))
-    part = _Part("", wire, _reducer(op, prescale, postscale, shared), wire.shape, reduces=True)
+    start = _reducer(op, prescale, postscale, shared, process_set)
+    part = _Part("", wire, start, wire.shape, reduces=True)
     return _Plan(_DENSE, [part], lambda results: compression.decompress(results[0], ctx))
 
 
-def _sparse_plan(grad, op, compression):
+def _sparse_plan(grad, op, compression, process_set):
     values = grad.values
     if op == Average:
-        values = values / tf.cast(api.size(), values.dtype)
+        values = values / tf.cast(resolve(process_set).size(), values.dtype)
     elif op != Sum:
         raise ValueError(
             f"tf.IndexedSlices are exchanged by allgather, which supports op Sum or Average "
@@ -96,11 +111,17 @@ def _sparse_plan(grad, op, compression):
         _Part(
             ".values",
             wire,
-            _gatherer,
+            _gatherer(process_set),
             tf.TensorShape([None]).concatenate(wire.shape[1:]),
             reduces=False,
         ),
-        _Part(".indices", grad.indices, _gatherer, tf.TensorShape([None]), reduces=False),
+        _Part(
+            ".indices",
+            grad.indices,
+            _gatherer(process_set),
+            tf.TensorShape([None]),
+            reduces=False,
+        ),
     ]
 
     def finish(results):
@@ -122,8 +143,9 @@ def allreduce_gradients(
     prescale=1.0,
     postscale=1.0,
     shared=False,
+    process_set=None,
 ):
-    """Return ``grads`` reduced over all ranks (None entries stay None).
+    """Return ``grads`` reduced over ``process_set``'s ranks (None entries stay None).
 
     ``labels`` name the variables in error messages; ``site`` (see ``compat.site_name``)
     prefixes the engine names. ``tf.IndexedSlices`` are allgathered (values and indices)
@@ -140,27 +162,31 @@ def allreduce_gradients(
         if grad is None:
             plans.append(None)
         elif isinstance(grad, tf.IndexedSlices) and not sparse_as_dense:
-            plans.append(_sparse_plan(grad, op, compression))
+            plans.append(_sparse_plan(grad, op, compression, process_set))
         else:
-            plans.append(_dense_plan(grad, op, compression, prescale, postscale, shared))
-    return _run(plans, labels, site)
+            plans.append(
+                _dense_plan(grad, op, compression, prescale, postscale, shared, process_set)
+            )
+    return _run(plans, labels, site, process_set)
 
 
 @tf.autograph.experimental.do_not_convert
-def broadcast_tensors(values, labels, site, root_rank):
+def broadcast_tensors(values, labels, site, root_rank, process_set=None):
     """Return every tensor of ``values`` as ``root_rank`` holds it."""
     plans = []
     for value in values:
         wire, restore = engine_wire(tf.convert_to_tensor(value))
-        start = _broadcaster(root_rank)
+        start = _broadcaster(root_rank, process_set)
         part = _Part("", wire, start, wire.shape, reduces=False)
         plans.append(_Plan(_DENSE, [part], _first(restore)))
-    return _run(plans, labels, site)
+    return _run(plans, labels, site, process_set)
 
 
-def _broadcaster(root_rank):
+def _broadcaster(root_rank, process_set):
     def start(name):
-        return functools.partial(api.broadcast_async, root_rank=root_rank, name=name)
+        return functools.partial(
+            api.broadcast_async, root_rank=root_rank, name=name, process_set=process_set
+        )
 
     return start
 
@@ -180,14 +206,16 @@ def engine_wire(tensor):
     return tf.bitcast(tensor, tf.uint8), lambda result: tf.bitcast(result, dtype)
 
 
-def _run(plans, labels, site):
+def _run(plans, labels, site, process_set):
     if not plans:
         return []
     codes = np.zeros((len(plans), len(_KINDS)), np.float32)
     for i, plan in enumerate(plans):
         codes[i, _NONE if plan is None else plan.kind] = 1
     manifest_name = f"{site}.manifest"
-    manifest_start = functools.partial(api.allreduce_async, name=manifest_name, op=Sum)
+    manifest_start = functools.partial(
+        api.allreduce_async, name=manifest_name, op=Sum, process_set=process_set
+    )
     present = [(i, part) for i in reversed(range(len(plans))) for part in _parts(plans[i])]
     sizes = [_static_bytes(part.tensor) for _, part in present]
     manifest = None
@@ -283,8 +311,9 @@ class GradientReduction:
     ``gradient_predivide_factor`` f (op Average only) divides by f before the sum and by
     size / f after it, which keeps float16 sums in range. ``local_sources`` holds the
     variables whose gradients stay on this rank (``scale_local_gradients``: see
-    ``LocalSources``). ``shared_results``: see ``allreduce_gradients``'s ``shared``; not
-    part of the config.
+    ``LocalSources``). ``process_set``: the ranks to reduce over (a ``ProcessSet``; None:
+    every rank), kept in the config as its ranks. ``shared_results``: see
+    ``allreduce_gradients``'s ``shared``; not part of the config.
     """
 
     def __init__(
@@ -294,8 +323,12 @@ class GradientReduction:
         sparse_as_dense=False,
         gradient_predivide_factor=1.0,
         scale_local_gradients=True,
+        process_set=None,
         shared_results=False,
     ):
+        if process_set is not None and not isinstance(process_set, ProcessSet):
+            process_set = api.registered_process_set(process_set)  # ranks, from a config
+        self.process_set = process_set
         self.shared_results = bool(shared_results)
         self.local_sources = LocalSources(scale_local_gradients)
         self.op = as_reduce_op(op)
@@ -324,16 +357,20 @@ class GradientReduction:
         reduced = allreduce_gradients(
             [None if k else g for g, k in zip(grads, local, strict=True)],
             labels,
-            compat.site_name(base),
+            site_name(base, self.process_set),
             op=self.op,
             compression=self.compression,
             sparse_as_dense=self.sparse_as_dense,
             prescale=1.0 / factor,
             postscale=factor,
             shared=self.shared_results,
+            process_set=self.process_set,
         )
+        size = resolve(self.process_set).size()
         gradient = self.local_sources.gradient
-        return [gradient(g) if k else r for g, r, k in zip(grads, reduced, local, strict=True)]
+        return [
+            gradient(g, size) if k else r for g, r, k in zip(grads, reduced, local, strict=True)
+        ]
 
     def get_config(self) -> dict:
         """Return the settings as plain values (for a Keras optimizer's config)."""
@@ -343,4 +380,5 @@ class GradientReduction:
             "sparse_as_dense": self.sparse_as_dense,
             "gradient_predivide_factor": self.gradient_predivide_factor,
             "scale_local_gradients": self.local_sources.scale_gradients,
+            "process_set": None if self.process_set is None else list(self.process_set.ranks),
         }

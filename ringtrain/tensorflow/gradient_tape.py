@@ -12,8 +12,9 @@ class DistributedGradientTape:
 
     Each gradient goes to the engine as soon as it is computed (last layers first inside
     ``tf.function``); every rank must ask for gradients of the same sources in the same
-    structure. The gradients of sources registered with ``register_local_source`` stay on
-    their rank (see ``ringtrain.tensorflow.local_sources``). Everything else (``watch``,
+    structure. With ``process_set`` they are reduced over that set's ranks only. The
+    gradients of sources registered with ``register_local_source`` stay on their rank (see
+    ``ringtrain.tensorflow.local_sources``). Everything else (``watch``,
     ``stop_recording``, ...) is the wrapped tape's.
     """
 
@@ -25,10 +26,16 @@ class DistributedGradientTape:
         op=Average,
         gradient_predivide_factor=1.0,
         scale_local_gradients=True,
+        process_set=None,
     ):
         self._tape = gradtape
         self._reduction = GradientReduction(
-            op, compression, sparse_as_dense, gradient_predivide_factor, scale_local_gradients
+            op,
+            compression,
+            sparse_as_dense,
+            gradient_predivide_factor,
+            scale_local_gradients,
+            process_set,
         )
 
     def __enter__(self):
@@ -68,6 +75,7 @@ def PartialDistributedGradientTape(  # noqa: N802 - Horovod's name for this fact
     gradient_predivide_factor=1.0,
     local_layers=None,
     scale_local_gradients=True,
+    process_set=None,
 ):
     """Return a ``DistributedGradientTape`` that keeps the gradients of ``local_layers`` local.
 
@@ -76,7 +84,13 @@ def PartialDistributedGradientTape(  # noqa: N802 - Horovod's name for this fact
     False).
     """
     tape = DistributedGradientTape(
-        gradtape, compression, sparse_as_dense, op, gradient_predivide_factor, scale_local_gradients
+        gradtape,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        scale_local_gradients,
+        process_set,
     )
     tape._reduction.local_sources.add_layers(local_layers or [])
     return tape

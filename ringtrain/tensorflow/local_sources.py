@@ -1,14 +1,12 @@
 """Variables whose gradients stay on their own rank (Horovod's local sources and local layers).
 
 A rank's copy of a local variable trains on that rank's gradient alone: the gradient is
-never exchanged. As in Horovod, it is divided by the number of ranks unless
-``scale_local_gradients`` is False, so that it has the scale of the averaged gradients.
+never exchanged. As in Horovod, it is divided by the number of ranks reducing (those of
+the process set, if any) unless ``scale_local_gradients`` is False.
 """
 
 import keras
 import tensorflow as tf
-
-from ringtrain import api
 
 
 class LocalSources:
@@ -54,12 +52,12 @@ class LocalSources:
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def gradient(self, grad):
-        """Return what a local variable's gradient ``grad`` becomes (None stays None)."""
+    def gradient(self, grad, size):
+        """Return what a local variable's gradient ``grad`` becomes among ``size`` ranks."""
         if grad is None or not self.scale_gradients:
             return grad
         if isinstance(grad, tf.IndexedSlices):
-            values = grad.values / tf.cast(api.size(), grad.values.dtype)
+            values = grad.values / tf.cast(size, grad.values.dtype)
             return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
         grad = tf.convert_to_tensor(grad)
-        return grad / tf.cast(api.size(), grad.dtype)
+        return grad / tf.cast(size, grad.dtype)

@@ -9,7 +9,7 @@ False), every other variable the mean over ranks, computed in NumPy.
 
 import numpy as np
 from common import main
-from tfsetup import FEATURES, OUTPUTS, configure, mlp
+from tfsetup import FEATURES, OUTPUTS, configure, mlp, own_gradients, sum_loss
 
 configure()
 
@@ -28,18 +28,6 @@ def batch(r, salt, rows=(4, 1, 0, 6)):
     n = rows[r % 4]
     x = rng.normal(size=(n, FEATURES)).astype(np.float32)
     return x, rng.normal(size=(n, OUTPUTS)).astype(np.float32)
-
-
-def sum_loss(model, x, y):
-    return tf.reduce_sum(tf.square(model(x) - y))
-
-
-def own_gradients(model, x, y, loss=sum_loss):
-    """Return TensorFlow's gradients of ``loss`` on these rows alone, as float64 arrays."""
-    with tf.GradientTape() as tape:
-        value = loss(model, x, y)
-    grads = tape.gradient(value, model.trainable_variables)
-    return [np.asarray(tf.convert_to_tensor(g), np.float64) for g in grads]
 
 
 def expected(per_rank, local, scale):

@@ -4,6 +4,7 @@ import keras
 
 from ringtrain import capabilities
 from ringtrain.api import (
+    add_process_set,
     allgather_object,
     broadcast_object,
     cross_rank,
@@ -14,6 +15,7 @@ from ringtrain.api import (
     local_rank,
     local_size,
     rank,
+    remove_process_set,
     shutdown,
     size,
     start_timeline,
@@ -21,6 +23,7 @@ from ringtrain.api import (
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.process_sets import ProcessSet, global_process_set
 from ringtrain.tensorflow.collectives import broadcast_variables
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.keras import callbacks
@@ -46,6 +49,10 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=Tr
 
 
 __all__ = [
+    "ProcessSet",
+    "add_process_set",
+    "global_process_set",
+    "remove_process_set",
     "Average",
     "Compression",
     "DistributedOptimizer",

@@ -13,7 +13,7 @@ from ringtrain.ops import Average, Min, ReduceOp
 from ringtrain.tensorflow import compat
 from ringtrain.tensorflow.collectives import allreduce
 from ringtrain.tensorflow.compression import Compression, by_name
-from ringtrain.tensorflow.exchange import GradientReduction
+from ringtrain.tensorflow.exchange import GradientReduction, site_name
 
 _CONFIG_KEY = "ringtrain"
 _SITE = "DistributedOptimizer"
@@ -70,7 +70,7 @@ class _Distributed:
         super().build(variables)
         outer = compat.wrapping_loss_scale_optimizer(self)
         if outer is not None and not hasattr(outer.check_finite, "ringtrain_agreeing"):
-            outer.check_finite = _agreeing(outer.check_finite)
+            outer.check_finite = _agreeing(outer.check_finite, self._rt_reduction.process_set)
         if self._rt_passes > 1:
             self._rt_accumulators = [
                 self.add_variable_from_reference(v, name="ringtrain_accumulator") for v in variables
@@ -146,11 +146,11 @@ def _reads_only(optimizer) -> bool:
     return base in _UPDATES_THAT_READ
 
 
-def _agreeing(local_check):
+def _agreeing(local_check, process_set):
     def check_finite(grads):
         finite = tf.cast(local_check(grads), tf.int32)
-        name = compat.site_name("LossScaleOptimizer.finite")
-        return tf.cast(allreduce(finite, op=Min, name=name), tf.bool)
+        name = site_name("LossScaleOptimizer.finite", process_set)
+        return tf.cast(allreduce(finite, op=Min, name=name, process_set=process_set), tf.bool)
 
     check_finite.ringtrain_agreeing = True
     return check_finite
@@ -185,6 +185,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     backward_passes_per_step=1,
     average_aggregated_gradients=False,
     scale_local_gradients=True,
+    process_set=None,
 ):
     """Return a copy of the Keras ``optimizer`` that applies gradients reduced over all ranks.
 
@@ -194,7 +195,9 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     ``backward_passes_per_step`` k > 1 it applies, every k-th step, the sum of the k local
     gradients reduced over ranks, or their mean with ``average_aggregated_gradients``, as
     Horovod does. The gradients of variables registered with ``register_local_var`` are
-    not exchanged (see ``ringtrain.tensorflow.local_sources``).
+    not exchanged (see ``ringtrain.tensorflow.local_sources``). With ``process_set`` the
+    gradients are reduced over that set's ranks only; its config keeps the set's ranks, and
+    loading it needs a set of those ranks registered.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"expected a Keras 3 optimizer instance, got {type(optimizer).__name__}")
@@ -211,6 +214,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
         "backward_passes_per_step": backward_passes_per_step,
         "average_aggregated_gradients": average_aggregated_gradients,
         "scale_local_gradients": scale_local_gradients,
+        "process_set": process_set,
     }
     return _distributed_class(type(optimizer)).from_config(config)
 
