@@ -44,10 +44,11 @@ from ringtrain.errors import (
     RingtrainError,
     StallError,
 )
-from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.process_sets import ProcessSet, global_process_set
 
 __all__ = [
+    "Adasum",
     "Average",
     "DuplicateNameError",
     "EngineStoppedError",

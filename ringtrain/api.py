@@ -397,15 +397,20 @@ def allreduce_async(
         average,
         prescale_factor,
         postscale_factor,
+        process_set=process_set,
     )
     return _submit(engine, meta, array, _check_out(out, array), bool(read_only))
 
 
-def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=None):
+def _allreduce_meta(
+    name, array, shape, op, average, prescale, postscale, group=None, process_set=None
+):
     op = resolve_op(op, average)
     dtype = np.dtype(array.dtype)
     if op == ReduceOp.Average and is_integer(dtype) and is_device_array(array):
         raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
+    if op == ReduceOp.Adasum:
+        _check_adasum(dtype, is_device_array(array), len(_ranks_of(process_set)))
     return messages.Meta(
         name=name,
         kind=messages.ALLREDUCE,
@@ -416,6 +421,15 @@ def _allreduce_meta(name, array, shape, op, average, prescale, postscale, group=
         postscale=_scale(postscale, "postscale_factor", dtype),
         group=group,
     )
+
+
+def _check_adasum(dtype, on_device, ranks):
+    if is_integer(dtype):
+        raise TypeError(f"Adasum reduces floating-point tensors; got {dtype}")
+    if on_device:
+        raise TypeError("Adasum runs on host (NumPy) arrays; got a device array")
+    if ranks & (ranks - 1):  # Adasum's tree pairs ranks level by level
+        raise ValueError(f"Adasum needs a power-of-two number of ranks; this call has {ranks}")
 
 
 def allreduce(
@@ -482,6 +496,7 @@ def grouped_allreduce_async(
         prescale_factor,
         postscale_factor,
         group=shapes,
+        process_set=process_set,
     )
     return _submit(engine, meta, arrays)
 
@@ -606,6 +621,8 @@ def reducescatter_async(
     if array.ndim == 0:
         raise ValueError("reducescatter needs an array of at least one dimension; got 0-d")
     op = as_reduce_op(op)
+    if op == ReduceOp.Adasum:
+        raise ValueError("reducescatter takes op Sum, Average, Min, Max or Product, not Adasum")
     meta = messages.Meta(
         name=_name("reducescatter", name, process_set),
         kind=messages.REDUCESCATTER,

@@ -8,6 +8,7 @@ class ReduceOp(enum.IntEnum):
 
     Average = 0
     Sum = 1
+    Adasum = 2  # allreduce of floating-point tensors only (ringtrain.engine.adasum)
     Min = 3
     Max = 4
     Product = 5
@@ -15,6 +16,7 @@ class ReduceOp(enum.IntEnum):
 
 Average = ReduceOp.Average
 Sum = ReduceOp.Sum
+Adasum = ReduceOp.Adasum
 Min = ReduceOp.Min
 Max = ReduceOp.Max
 Product = ReduceOp.Product

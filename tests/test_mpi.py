@@ -108,6 +108,11 @@ def test_tensors_of_a_ring_chunk_or_more_skip_the_fusion_buffer(np):
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_adasum(np):
+    check("check_adasum.py", np, timeout=240)
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_process_sets(np):
     # Calls that ranks name differently would stall: stop such a job within seconds.
     env = {"RINGTRAIN_STALL_CHECK_SECONDS": "2", "RINGTRAIN_STALL_SHUTDOWN_SECONDS": "10"}

@@ -11,6 +11,7 @@ from ringtrain.buffers import ALIGNMENT, ResultPool, aligned_empty
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
+from ringtrain.engine.adasum import adasum
 from ringtrain.engine.messages import member_shapes
 from ringtrain.ops import ReduceOp
 from ringtrain.ring.schedule import segment_bounds
@@ -89,6 +90,8 @@ class Executor:
                     np.floor_divide(out, contributors, out=out)
 
     def _allreduce(self, response, requests):
+        if _op_of(response, requests) == _ADASUM:
+            return self._adasum(requests)  # no rank has joined: the coordinator refuses it
         if len(requests) == 1 and not response.joined:
             lone = self._lone_host_allreduce(requests[0])
             if lone is not None:
@@ -147,6 +150,26 @@ class Executor:
         present_outputs = [o for m, o in zip(members, outputs, strict=True) if m[1] is not None]
         self._finish_average(metas[0], present_outputs, contributors)
         return _regroup(requests, present_outputs)
+
+    def _adasum(self, requests):
+        """Run Adasum over every tensor of ``requests`` (host arrays), each on its own."""
+        results = []
+        for request in requests:
+            meta = request.meta
+            dtype = by_name(meta.dtype)
+            outputs = []
+            for shape, array, out in zip(
+                member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
+            ):
+                start = tl.now_ns()
+                vector = np.asarray(array, np.float64).reshape(-1) * meta.prescale
+                combined = adasum(self.data, vector) * meta.postscale
+                result = out if out is not None else aligned_empty(shape, dtype)
+                result.reshape(-1)[...] = combined
+                self._span([meta.name], "ADASUM", start, tl.now_ns())
+                outputs.append(result)
+            results.append(outputs if meta.group is not None else outputs[0])
+        return results
 
     def _lone_host_allreduce(self, request):
         """Run the common case, one NumPy tensor that needs no widening, as ``_allreduce`` would.
@@ -322,6 +345,14 @@ class Executor:
         self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
         self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
         return [out]
+
+
+_ADASUM = int(ReduceOp.Adasum)
+
+
+def _op_of(response, requests) -> int:
+    """Return the op of ``response``: every tensor of an allreduce response shares it."""
+    return (response.metas[0] if response.metas else requests[0].meta).op
 
 
 def _shareable(meta, dtype) -> bool:

@@ -155,6 +155,11 @@ class Coordinator:
                     f"{first.kind} of tensor {name!r} cannot run while ranks {self._joined} "
                     "have joined"
                 )
+            if first.kind == messages.ALLREDUCE and first.op == ReduceOp.Adasum:
+                return (
+                    f"Adasum allreduce of tensor {name!r} cannot run while ranks "
+                    f"{self._joined} have joined"
+                )
             if first.kind == messages.BROADCAST and first.root in self._joined:
                 return f"broadcast of tensor {name!r}: root rank {first.root} has joined"
         if all(m == first for m in by_rank.values()):

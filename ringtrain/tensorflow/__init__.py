@@ -34,7 +34,7 @@ from ringtrain.errors import (
     RingtrainError,
     StallError,
 )
-from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.process_sets import ProcessSet, global_process_set
 from ringtrain.tensorflow.collectives import (
     allgather,
@@ -58,6 +58,7 @@ from ringtrain.tensorflow.topology import local_rank_op, local_size_op, rank_op,
 tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
 __all__ = [
+    "Adasum",
     "ProcessSet",
     "add_process_set",
     "global_process_set",

@@ -67,30 +67,13 @@ class DistributedGradientTape:
         return tf.nest.pack_sequence_as(grads, reduced)
 
 
-def PartialDistributedGradientTape(  # noqa: N802 - Horovod's name for this factory
-    gradtape,
-    compression=Compression.none,
-    sparse_as_dense=False,
-    op=Average,
-    gradient_predivide_factor=1.0,
-    local_layers=None,
-    scale_local_gradients=True,
-    process_set=None,
-):
-    """Return a ``DistributedGradientTape`` that keeps the gradients of ``local_layers`` local.
+def PartialDistributedGradientTape(gradtape, local_layers=None, **kwargs):  # noqa: N802
+    """Return ``DistributedGradientTape(gradtape, **kwargs)`` keeping ``local_layers`` local.
 
-    ``local_layers``: a Keras layer or a list of them, whose trainable weights' gradients
-    are not exchanged (divided by the number of ranks unless ``scale_local_gradients`` is
-    False).
+    Horovod's name. ``local_layers``: a Keras layer or a list of them, whose trainable
+    weights' gradients are not exchanged (divided by the number of ranks unless
+    ``scale_local_gradients`` is False).
     """
-    tape = DistributedGradientTape(
-        gradtape,
-        compression,
-        sparse_as_dense,
-        op,
-        gradient_predivide_factor,
-        scale_local_gradients,
-        process_set,
-    )
+    tape = DistributedGradientTape(gradtape, **kwargs)
     tape._reduction.local_sources.add_layers(local_layers or [])
     return tape

@@ -43,6 +43,22 @@ def expected(op, arrays, dtype):
     return result.astype(dtype)
 
 
+def _adasum_pair(a, b):
+    """Return NumPy's Adasum of two float64 vectors."""
+    ab, aa, bb = a @ b, a @ a, b @ b
+    ca = 1 - ab / (2 * aa) if aa > 0 else 1.0
+    cb = 1 - ab / (2 * bb) if bb > 0 else 1.0
+    return ca * a + cb * b
+
+
+def adasum_reference(vectors):
+    """Return the Adasum of ``vectors`` (in rank order): pairs (0, 1), (2, 3), then theirs."""
+    level = [np.asarray(v, np.float64).ravel() for v in vectors]
+    while len(level) > 1:
+        level = [_adasum_pair(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
 def tolerance(dtype):
     """Return (rtol, atol) for comparing a ``dtype`` reduction with NumPy's."""
     dtype = np.dtype(dtype)

@@ -7,8 +7,17 @@ import traceback
 
 import ml_dtypes
 import numpy as np
-from common import DTYPES, OPS, assert_equal, expected, main, rank_data, same_bits_everywhere
-from tfsetup import configure
+from common import (
+    DTYPES,
+    OPS,
+    adasum_reference,
+    assert_equal,
+    expected,
+    main,
+    rank_data,
+    same_bits_everywhere,
+)
+from tfsetup import FEATURES, OUTPUTS, configure, mlp, own_gradients
 
 configure()
 
@@ -305,6 +314,54 @@ def check_mismatches():
     )
 
 
+def check_adasum():
+    r, n = hvd.rank(), hvd.size()
+    if n & (n - 1):
+        for mode, fn in modes(lambda x: hvd.allreduce(x, op=hvd.Adasum)).items():
+            try:
+                fn(tf.ones(3))
+            except (ValueError, tf.errors.OpError) as err:
+                assert f"power-of-two number of ranks; this call has {n}" in str(err), err
+            else:
+                raise AssertionError(f"Adasum ran at {n} ranks ({mode})")
+        return
+    for mode, fn in modes(lambda x: hvd.allreduce(x, op=hvd.Adasum)).items():
+        data = everyone((4, 6), np.float32, salt=50)
+        want = adasum_reference(data).reshape(4, 6).astype(np.float32)
+        assert_equal(fn(tf.constant(data[r])).numpy(), want, f"Adasum {mode}")
+    x = tf.ones(3)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = hvd.allreduce(x, op=hvd.Adasum)
+    try:
+        tape.gradient(y, x)
+    except ValueError as err:
+        assert "defined for op Sum and Average, not Adasum" in str(err), err
+    else:
+        raise AssertionError("an Adasum allreduce was differentiated")
+
+    # DistributedOptimizer(op=Adasum): one SGD step applies the Adasum of the ranks' gradients.
+    def mse(model, x, y):
+        return keras.losses.MeanSquaredError()(y, model(x))
+
+    def shard(i):
+        rng = np.random.default_rng([60, i])
+        return rng.normal(size=(3 + i, FEATURES)), rng.normal(size=(3 + i, OUTPUTS))
+
+    model = mlp(11)
+    start = [v.numpy().astype(np.float64) for v in model.trainable_variables]
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum), loss="mse"
+    )
+    per_rank = [own_gradients(model, *shard(i), mse) for i in range(n)]
+    model.train_on_batch(*shard(r))
+    for i, variable in enumerate(model.trainable_variables):
+        want = start[i] - 0.1 * adasum_reference([g[i] for g in per_rank]).reshape(start[i].shape)
+        got = variable.numpy().astype(np.float64)
+        assert np.allclose(got, want, 1e-5, 1e-5), f"Adasum optimizer variable {i}"
+        same_bits_everywhere(variable.numpy(), f"Adasum optimizer variable {i}")
+
+
 def check_step_time_python_is_not_autograph_converted():
     # Autograph converts what a tf.function calls, and a closure defined in converted code
     # stays converted: its every call then goes through autograph's dispatch. The engine
@@ -393,8 +450,9 @@ def body():
         check_sparse_and_tape,
         check_sparse_optimizer,
         check_broadcast_variables,
-        check_mismatches,
+        check_adasum,
         check_step_time_python_is_not_autograph_converted,
+        check_mismatches,  # leaves tensors of the failed steps in flight: keep it last
     ):
         check()
         print(f"rank {hvd.rank()}: {check.__name__} OK", flush=True)

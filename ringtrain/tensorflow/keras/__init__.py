@@ -22,7 +22,7 @@ from ringtrain.api import (
     stop_timeline,
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
-from ringtrain.ops import Average, Max, Min, Product, ReduceOp, Sum
+from ringtrain.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.process_sets import ProcessSet, global_process_set
 from ringtrain.tensorflow.collectives import broadcast_variables
 from ringtrain.tensorflow.compression import Compression
@@ -49,6 +49,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=Tr
 
 
 __all__ = [
+    "Adasum",
     "ProcessSet",
     "add_process_set",
     "global_process_set",
