@@ -162,10 +162,12 @@ class Executor:
                 member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
             ):
                 start = tl.now_ns()
-                vector = np.asarray(array, np.float64).reshape(-1) * meta.prescale
-                combined = adasum(self.data, vector) * meta.postscale
-                result = out if out is not None else aligned_empty(shape, dtype)
-                result.reshape(-1)[...] = combined
+                count, wire = math.prod(shape), reduction_dtype(dtype)
+                vector = self._pool.get("adasum", count, wire)
+                np.multiply(array.reshape(-1), meta.prescale, out=vector)
+                adasum(self.data, vector, self._pool.get("adasum.peer", count, wire))
+                result = out if out is not None else self._results.empty(shape, dtype)
+                np.multiply(vector, meta.postscale, out=result.reshape(-1), casting="unsafe")
                 self._span([meta.name], "ADASUM", start, tl.now_ns())
                 outputs.append(result)
             results.append(outputs if meta.group is not None else outputs[0])
