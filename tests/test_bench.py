@@ -15,15 +15,15 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
     command = [
         find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none",
         sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", "4096,65536",
-        "--seconds", "0.05", "--small-count", "4", "--json", str(out),
+        "--seconds", "0.05", "--small-count", "4", "--adasum", "--json", str(out),
     ]  # fmt: skip
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     done, _ = launch(command, 120, env=env)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())
     assert [(r["case"], r["bytes"]) for r in rows] == [
-        ("single", 4096), ("single, read-only", 4096),
-        ("single", 65536), ("single, read-only", 65536),
+        ("single", 4096), ("single, read-only", 4096), ("single, Adasum", 4096),
+        ("single", 65536), ("single, read-only", 65536), ("single, Adasum", 65536),
         ("4x16384 grouped", 4 * 16384), ("4x16384 async", 4 * 16384),
     ]  # fmt: skip
     for row in rows:

@@ -29,6 +29,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--small-count", type=int, default=200)
     parser.add_argument("--small-bytes", type=int, default=16 * _KIB)
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    parser.add_argument(
+        "--adasum",
+        action="store_true",
+        help="also time op Adasum per size (power-of-two ranks), against MPI's Sum: MPI has "
+        "no Adasum",
+    )
 
 
 def _median_time(comm, step, budget, min_iters=5, max_iters=1000):
@@ -87,6 +93,9 @@ def run(args) -> int:
         def ours_read_only(src=src):
             ringtrain.allreduce(src, op=ringtrain.Sum, name="bench.ro", read_only=True)
 
+        def ours_adasum(src=src, out=out):
+            ringtrain.allreduce(src, op=ringtrain.Adasum, out=out, name="bench.adasum")
+
         def theirs(src=src, recv=recv):
             comm.Allreduce(src, recv, op=MPI.SUM)
 
@@ -97,6 +106,9 @@ def run(args) -> int:
         # with the host's other ranks: no copy into memory of its own.
         read_only = _median_time(comm, ours_read_only, args.seconds)
         rows.append(_row("single, read-only", nbytes, n, read_only, mpi))
+        if args.adasum:
+            adasum = _median_time(comm, ours_adasum, args.seconds)
+            rows.append(_row("single, Adasum", nbytes, n, adasum, mpi))
         del src, out, recv
 
     small = [
