@@ -20,7 +20,7 @@ from ringtrain import affinity
 from ringtrain import settings as settings_module
 from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
 from ringtrain.engine import messages
-from ringtrain.engine.handle import Handle
+from ringtrain.engine.handle import GroupHandle, Handle
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.kernels import is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
@@ -526,21 +526,44 @@ def grouped_allreduce(
 def allgather_async(tensor, name=None, process_set=None) -> Handle:
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
     engine = _engine_for(process_set)
+    array, meta = _allgather_request(tensor, None)
+    return _submit(engine, meta._replace(name=_name("allgather", name, process_set)), array)
+
+
+def _allgather_request(tensor, name):
+    """Return the array and meta of an allgather of ``tensor`` under ``name``, checked.
+
+    Unnamed calls name the meta after the checks: a call that fails takes no number.
+    """
     array = _input(tensor, "allgather")
     if array.ndim == 0:
         raise ValueError("allgather needs an array of at least one dimension; got a 0-d array")
-    meta = messages.Meta(
-        name=_name("allgather", name, process_set),
-        kind=messages.ALLGATHER,
-        dtype=name_of(array.dtype),
-        shape=array.shape,
+    return array, messages.Meta(
+        name=name, kind=messages.ALLGATHER, dtype=name_of(array.dtype), shape=array.shape
     )
-    return _submit(engine, meta, array)
 
 
 def allgather(tensor, name=None, process_set=None):
     """Return every rank's ``tensor`` concatenated along dimension 0, in rank order."""
     return _blocking(allgather_async, tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None) -> GroupHandle:
+    """Start an allgather of each of ``tensors``; return one handle for them all.
+
+    ``synchronize`` on it returns the list of results, in order.
+    """
+    engine = _engine_for(process_set)
+    if not tensors:
+        raise ValueError("grouped_allgather needs at least one tensor; got an empty list")
+    # Every tensor is checked before any is submitted: a bad one leaves nothing in flight.
+    requests = [_allgather_request(t, None) for t in tensors]
+    return _submit_group(engine, requests, _name("grouped_allgather", name, process_set))
+
+
+def grouped_allgather(tensors, name=None, process_set=None) -> list:
+    """Return each of ``tensors`` concatenated over the ranks along dimension 0, in order."""
+    return _blocking(grouped_allgather_async, tensors, name, process_set)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None) -> Handle:
@@ -617,22 +640,27 @@ def reducescatter_async(
     Rows are shared out evenly, the first ranks getting one more.
     """
     engine = _engine_for(process_set)
+    array, meta = _reducescatter_request(tensor, op, None, prescale_factor, postscale_factor)
+    return _submit(engine, meta._replace(name=_name("reducescatter", name, process_set)), array)
+
+
+def _reducescatter_request(tensor, op, name, prescale, postscale):
+    """Return the array and meta of a reducescatter of ``tensor`` under ``name``, checked."""
     array = _input(tensor, "reducescatter")
     if array.ndim == 0:
         raise ValueError("reducescatter needs an array of at least one dimension; got 0-d")
     op = as_reduce_op(op)
     if op == ReduceOp.Adasum:
         raise ValueError("reducescatter takes op Sum, Average, Min, Max or Product, not Adasum")
-    meta = messages.Meta(
-        name=_name("reducescatter", name, process_set),
+    return array, messages.Meta(
+        name=name,
         kind=messages.REDUCESCATTER,
         dtype=name_of(array.dtype),
         shape=array.shape,
         op=int(op),
-        prescale=_scale(prescale_factor, "prescale_factor", array.dtype),
-        postscale=_scale(postscale_factor, "postscale_factor", array.dtype),
+        prescale=_scale(prescale, "prescale_factor", array.dtype),
+        postscale=_scale(postscale, "postscale_factor", array.dtype),
     )
-    return _submit(engine, meta, array)
 
 
 def reducescatter(
@@ -641,6 +669,34 @@ def reducescatter(
     """Return this rank's share of ``tensor`` reduced over all ranks."""
     return _blocking(
         reducescatter_async, tensor, op, name, prescale_factor, postscale_factor, process_set
+    )
+
+
+def grouped_reducescatter_async(
+    tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+) -> GroupHandle:
+    """Start a reducescatter of each of ``tensors``; return one handle for them all."""
+    engine = _engine_for(process_set)
+    if not tensors:
+        raise ValueError("grouped_reducescatter needs at least one tensor; got an empty list")
+    requests = [
+        _reducescatter_request(t, op, None, prescale_factor, postscale_factor) for t in tensors
+    ]
+    return _submit_group(engine, requests, _name("grouped_reducescatter", name, process_set))
+
+
+def grouped_reducescatter(
+    tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+) -> list:
+    """Return this rank's share of each of ``tensors`` reduced over the ranks, in order."""
+    return _blocking(
+        grouped_reducescatter_async,
+        tensors,
+        op,
+        name,
+        prescale_factor,
+        postscale_factor,
+        process_set,
     )
 
 
@@ -716,7 +772,7 @@ def stop_timeline() -> None:
     _the_engine().stop_timeline()
 
 
-def synchronize(handle: Handle):
+def synchronize(handle: Handle | GroupHandle):
     """Wait for ``handle`` and return its result, or raise its error."""
     return handle.wait()
 
@@ -727,6 +783,14 @@ def _submit(engine, meta, array, out=None, read_only=False) -> Handle:
     if blocking:
         _blocking_call.engine = engine  # the engine that _blocking waits with
     return engine.submit(meta, array, out, read_only, not blocking).handle
+
+
+def _submit_group(engine, requests, base) -> GroupHandle:
+    """Queue checked (array, meta) ``requests`` as ``base``.0, .1, ...; return one handle."""
+    return GroupHandle(
+        _submit(engine, meta._replace(name=f"{base}.{i}"), array)
+        for i, (array, meta) in enumerate(requests)
+    )
 
 
 def _blocking(start, *args):
@@ -745,6 +809,6 @@ def _blocking(start, *args):
     return engine.wait(handle)
 
 
-def poll(handle: Handle) -> bool:
+def poll(handle: Handle | GroupHandle) -> bool:
     """Return True if ``handle`` has completed (result or error)."""
     return handle.done()

@@ -50,6 +50,23 @@ class Handle:
         self._pending.release()
 
 
+class GroupHandle:
+    """One handle over several collectives: done once all are; its result is their list."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, members):
+        self.members = list(members)
+
+    def done(self) -> bool:
+        """Return True once every member is done."""
+        return all(h.done() for h in self.members)
+
+    def wait(self):
+        """Block until every member is done; return their results in order (or raise)."""
+        return [h.wait() for h in self.members]
+
+
 class Request:
     """One local submission: its meta, its data, where the result goes, and its handle.
 

@@ -148,17 +148,46 @@ def allgather(tensor, name=None, process_set=None):
     def forward(x):
         y = bridge.run(start, [x], x.dtype, "allgather")
         y.set_shape(_rows_unknown(x.shape))
-
-        def grad(dy):
-            summed = _allreduce(dy, Sum, 1.0, 1.0, _grad_name(name), process_set)
-            rows = tf.shape(x, out_type=tf.int64)[:1]
-            counts = allgather(rows, name=_grad_name(name, "rows"), process_set=process_set)
-            first = tf.reduce_sum(counts[: resolve(process_set).rank()])
-            return summed[first : first + rows[0]]
-
-        return y, grad
+        return y, lambda dy: _allgather_grad(x, dy, name, process_set)
 
     return forward(tensor)
+
+
+def _allgather_grad(x, dy, name, process_set):
+    """Return the gradient for ``x`` of its allgather: its rows of the sum of every ``dy``."""
+    summed = _allreduce(dy, Sum, 1.0, 1.0, _grad_name(name), process_set)
+    rows = tf.shape(x, out_type=tf.int64)[:1]
+    counts = allgather(rows, name=_grad_name(name, "rows"), process_set=process_set)
+    first = tf.reduce_sum(counts[: resolve(process_set).rank()])
+    return summed[first : first + rows[0]]
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """Return each of ``tensors`` allgathered (as ``allgather``), from one op."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for tensor in tensors:
+        _at_least_1d(tensor, "grouped_allgather")
+    if not tensors:
+        return []
+
+    @tf.custom_gradient
+    def forward(*xs):
+        def start(*arrays):
+            return api.grouped_allgather_async(list(arrays), name=name, process_set=process_set)
+
+        ys = bridge.run(start, xs, [x.dtype for x in xs], "grouped_allgather")
+        for x, y in zip(xs, ys, strict=True):
+            y.set_shape(_rows_unknown(x.shape))
+
+        def grad(*dys):
+            return [
+                _allgather_grad(x, dy, None if name is None else f"{name}.{i}", process_set)
+                for i, (x, dy) in enumerate(zip(xs, dys, strict=True))
+            ]
+
+        return ys, grad
+
+    return forward(*tensors)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
@@ -226,6 +255,32 @@ def reducescatter(
     y = bridge.run(start, [tensor], tensor.dtype, "reducescatter")
     y.set_shape(_rows_unknown(tensor.shape))
     return y
+
+
+def grouped_reducescatter(
+    tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+):
+    """Return this rank's share of each of ``tensors`` reduced over all ranks, from one op."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for tensor in tensors:
+        _at_least_1d(tensor, "grouped_reducescatter")
+    if not tensors:
+        return []
+
+    def start(*arrays):
+        return api.grouped_reducescatter_async(
+            list(arrays),
+            op=as_reduce_op(op),
+            name=name,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+            process_set=process_set,
+        )
+
+    ys = bridge.run(start, tensors, [t.dtype for t in tensors], "grouped_reducescatter")
+    for tensor, y in zip(tensors, ys, strict=True):
+        y.set_shape(_rows_unknown(tensor.shape))
+    return ys
 
 
 def join():

@@ -81,6 +81,40 @@ def body():
     want = expected(ringtrain.Sum, wide, np.float32)[start : start + base + (1 if r < extra else 0)]
     assert_equal(got, want, "reducescatter wide")
 
+    # Grouped allgather: rank i gives i rows of one tensor and i % 2 of another, of two dtypes.
+    def pieces(i):
+        return [rank_data(i, (i, 2), np.int64, 10), rank_data(i, (i % 2, 3, 2), np.float16, 11)]
+
+    handle = ringtrain.grouped_allgather_async(pieces(r), name="gag")
+    got = ringtrain.synchronize(handle)
+    assert ringtrain.poll(handle)
+    for k in range(2):
+        want = np.concatenate([pieces(i)[k] for i in range(n)])
+        assert_equal(got[k], want, f"grouped allgather member {k}")
+    got = ringtrain.grouped_allgather([np.full((1, 1), r, np.int32)])  # unnamed
+    assert_equal(got[0], np.arange(n, dtype=np.int32).reshape(n, 1), "grouped allgather of one")
+    # Grouped reducescatter of two tensors, each shared out as reducescatter does.
+    both = [[rank_data(i, (rows, 2), np.float64, 12), rank_data(i, (n, 4), np.float32, 13)]
+            for i in range(n)]  # fmt: skip
+    got = ringtrain.grouped_reducescatter(both[r], op=ringtrain.Max, name="grs")
+    for k, length in enumerate((rows, n)):
+        full = expected(ringtrain.Max, [b[k] for b in both], both[0][k].dtype)
+        base, extra = divmod(length, n)
+        start = r * base + min(r, extra)
+        want = full[start : start + base + (1 if r < extra else 0)]
+        assert_equal(got[k], want, f"grouped reducescatter member {k}")
+    # A bad member fails the call before anything is submitted: the same names then work.
+    for call in (ringtrain.grouped_allgather, ringtrain.grouped_reducescatter):
+        for bad, kind in (([np.ones(2), np.float32(1)], ValueError), ([], ValueError)):
+            try:
+                call(bad, name="grouped.checked")
+            except kind:
+                pass
+            else:
+                raise AssertionError(f"{call.__name__}({bad!r}) was accepted")
+        got = call([np.ones((n, 2))], name="grouped.checked")
+        assert len(got) == 1, got
+
     # Objects.
     obj = ringtrain.broadcast_object({"epoch": 3, "from": r} if r == n - 1 else None, n - 1)
     assert obj == {"epoch": 3, "from": n - 1}, obj

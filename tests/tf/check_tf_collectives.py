@@ -168,11 +168,15 @@ def check_gradients():
                     "grouped": hvd.grouped_allreduce([x], op=hvd.Sum, name="g.grouped")[0],
                     "bcast": hvd.broadcast(x, n - 1, name="g.bcast"),
                     "gather": hvd.allgather(x[: r + 1], name="g.gather"),
+                    "ggather": hvd.grouped_allgather(
+                        [x[: r + 1], 2.0 * x[: r + 1]], name="g.ggather"
+                    ),
                 }
                 losses = {k: tf.reduce_sum(outs[k] * c_mine) for k in ("sum", "avg", "grouped")}
                 losses["bcast"] = tf.reduce_sum(outs["bcast"] * c_mine)
                 weights = tf.tile(c_mine, [n])[: n * (n + 1) // 2]
                 losses["gather"] = tf.reduce_sum(outs["gather"] * weights)
+                losses["ggather"] = sum(tf.reduce_sum(y * weights) for y in outs["ggather"])
             return {k: tape.gradient(v, x) for k, v in losses.items()}
 
         got = grads(tf.constant(rank_data(r, (4,), np.float32)), tf.constant(c[r]))
@@ -187,6 +191,25 @@ def check_gradients():
         want = np.zeros(4, np.float32)
         want[: r + 1] = np.sum(tiled, axis=0)[first : first + r + 1]
         assert np.allclose(got["gather"], want), f"allgather gradient {mode}: {got['gather']}"
+        assert np.allclose(got["ggather"], 3 * want), f"grouped_allgather gradient {mode}"
+
+
+def check_grouped_allgather_and_reducescatter():
+    r, n = hvd.rank(), hvd.size()
+    ints = everyone((0, 3), np.int32, salt=14, rows=lambda k: k + 1)
+    floats = everyone((0, 2), np.float64, salt=15, rows=lambda k: k % 2)
+    scatter = [everyone((2 * n + 1, 2), np.float32, salt=16), everyone((n, 5), np.int64, salt=17)]
+    for mode, fn in modes(lambda a, b: hvd.grouped_allgather([a, b])).items():
+        got = fn(tf.constant(ints[r]), tf.constant(floats[r]))
+        assert_equal(got[0].numpy(), np.concatenate(ints), f"grouped_allgather 0 {mode}")
+        assert_equal(got[1].numpy(), np.concatenate(floats), f"grouped_allgather 1 {mode}")
+    for mode, fn in modes(lambda a, b: hvd.grouped_reducescatter([a, b], op=hvd.Sum)).items():
+        got = fn(tf.constant(scatter[0][r]), tf.constant(scatter[1][r]))
+        for k, data in enumerate(scatter):
+            full = expected(hvd.Sum, data, data[0].dtype)
+            share = np.array_split(np.arange(len(full)), n)[r]
+            assert_equal(got[k].numpy(), full[share], f"grouped_reducescatter {k} {mode}")
+    assert hvd.grouped_allgather([]) == [] and hvd.grouped_reducescatter([]) == []
 
 
 def embedding_model(seed):
@@ -446,6 +469,7 @@ def body():
         check_horovod_keras_values,
         check_allgather_broadcast_alltoall_reducescatter,
         check_gradients,
+        check_grouped_allgather_and_reducescatter,
         check_gradients_go_in_buckets,
         check_sparse_and_tape,
         check_sparse_optimizer,
