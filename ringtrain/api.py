@@ -44,11 +44,14 @@ def init(comm=None, process_sets=None, **settings) -> None:
     """Start ringtrain on ``comm`` (an mpi4py communicator, a list of world ranks, or None).
 
     None means ``MPI.COMM_WORLD``. ``process_sets``: ``ProcessSet``s (or lists of ranks) to
-    register at once, as ``add_process_set`` does. Keyword arguments override
+    register at once, as ``add_process_set`` does; Horovod's ``"dynamic"`` registers none
+    (sets may always be added later here). Keyword arguments override
     ``RINGTRAIN_*`` settings (see ``ringtrain.settings.Settings``). Collective over
     ``comm``; a second call is a no-op (and refuses ``process_sets``).
     """
     global _engine, _topology, _binding, _atexit_registered, _comm
+    if process_sets == "dynamic":
+        process_sets = None
     if _engine is not None:
         if process_sets:
             raise ValueError(

@@ -216,7 +216,7 @@ def body():
     ringtrain.shutdown()
     assert all(s.process_set_id is None for s in sets), sets
     # A second init starts with no sets but the whole job's, and counts ids from 1 again.
-    ringtrain.init()
+    ringtrain.init(process_sets="dynamic")  # Horovod's word for adding sets later
     late = ringtrain.add_process_set(list(range(n)))
     assert late.process_set_id == 1, late
     got = ringtrain.allreduce(np.full(4, r, np.int64), op=ringtrain.Sum, process_set=late)
