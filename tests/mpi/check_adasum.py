@@ -8,20 +8,11 @@ refused, and a process set of two ranks works.
 import ml_dtypes
 import numpy as np
 from common import adasum_reference as reference
-from common import assert_equal, main, rank_data, same_bits_everywhere
+from common import assert_equal, expect_error, main, rank_data, same_bits_everywhere
 
 import ringtrain
 
 FLOATS = (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
-
-
-def expect_error(kind, needle, call, *args, **kwargs):
-    try:
-        call(*args, **kwargs)
-    except kind as err:
-        assert needle in str(err), f"{needle!r} not in {err}"
-    else:
-        raise AssertionError(f"{call.__name__} did not raise {kind.__name__}")
 
 
 def check_against_numpy(r, n):

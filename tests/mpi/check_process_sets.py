@@ -8,19 +8,10 @@ interleave with them, unnamed, so each set must keep its own call counters.
 
 import ml_dtypes
 import numpy as np
-from common import assert_equal, expected, main, rank_data
+from common import assert_equal, expect_error, expected, main, rank_data
 
 import ringtrain
 from ringtrain import ProcessSet
-
-
-def expect_error(kind, needle, call, *args, **kwargs):
-    try:
-        call(*args, **kwargs)
-    except kind as err:
-        assert needle in str(err), f"{needle!r} not in {err}"
-    else:
-        raise AssertionError(f"{call.__name__}{args} did not raise {kind.__name__}")
 
 
 def check_registry(sets, mine, r, n):

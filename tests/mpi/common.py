@@ -88,6 +88,16 @@ def assert_equal(got, want, what):
         )
 
 
+def expect_error(kind, needle, call, *args, **kwargs):
+    """Fail unless ``call(*args, **kwargs)`` raises ``kind`` with ``needle`` in its message."""
+    try:
+        call(*args, **kwargs)
+    except kind as err:
+        assert needle in str(err), f"{needle!r} not in {err}"
+    else:
+        raise AssertionError(f"{call.__name__}{args} did not raise {kind.__name__}")
+
+
 def same_bits_everywhere(array, what):
     """Fail unless every rank holds bitwise-identical ``array`` (checked over plain MPI)."""
     from mpi4py import MPI
