@@ -227,6 +227,18 @@ def _engine_for(process_set):
     return process_set.engine
 
 
+def process_set_by_id(process_set_id: int) -> ProcessSet:
+    """Return the registered process set with ``process_set_id`` (0: ``global_process_set``)."""
+    _the_engine()
+    if process_set_id == 0:
+        return global_process_set
+    registered = _sets.get(process_set_id)
+    if registered is None:
+        known = [0, *sorted(_sets)]
+        raise ValueError(f"no process set has id {process_set_id!r}; registered: {known}")
+    return registered[0]
+
+
 def registered_process_set(ranks) -> ProcessSet | None:
     """Return the registered process set of ``ranks`` (None for every rank's), or raise."""
     ranks = sorted(ranks)

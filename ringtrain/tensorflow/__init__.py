@@ -55,7 +55,13 @@ from ringtrain.tensorflow.gradient_tape import (
 )
 from ringtrain.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from ringtrain.tensorflow.sync_batch_norm import SyncBatchNormalization
-from ringtrain.tensorflow.topology import local_rank_op, local_size_op, rank_op, size_op
+from ringtrain.tensorflow.topology import (
+    local_rank_op,
+    local_size_op,
+    process_set_included_op,
+    rank_op,
+    size_op,
+)
 
 tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
@@ -104,6 +110,7 @@ __all__ = [
     "local_rank_op",
     "local_size",
     "local_size_op",
+    "process_set_included_op",
     "rank",
     "rank_op",
     "reducescatter",

@@ -19,7 +19,12 @@ def check_registry(sets, mine, r, n):
     assert ringtrain.global_process_set.ranks == list(range(n))
     assert ringtrain.global_process_set.size() == n
     assert ringtrain.global_process_set.rank() == r
+    assert ringtrain.process_set_by_id(0) is ringtrain.global_process_set
+    expect_error(
+        ValueError, "no process set has id 9; registered: [0, 1", ringtrain.process_set_by_id, 9
+    )
     for i, s in enumerate(sets):
+        assert ringtrain.process_set_by_id(i + 1) is s
         assert s.process_set_id == i + 1, s
         assert s.size() == len(s.ranks), s
         assert s.included() == (s is mine), (s, r)

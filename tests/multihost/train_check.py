@@ -19,6 +19,7 @@ def main() -> None:
     try:
         _check_topology(_expected_topology(sys.argv[1], ringtrain.rank()))
         _check_allreduce()
+        _check_process_sets()
         _check_training()
         print(f"rank {ringtrain.rank()} on {socket.gethostname()}: all checks passed", flush=True)
     finally:
@@ -65,6 +66,21 @@ def _check_allreduce():
     np.testing.assert_allclose(mean, everyone.mean(axis=0), rtol=1e-12, atol=1e-12)
     counts = ringtrain.allreduce(np.arange(7, dtype=np.int64) * (rank + 1), op=ringtrain.Sum)
     np.testing.assert_array_equal(counts, np.arange(7) * (size * (size + 1) // 2))
+
+
+def _check_process_sets():
+    """Reduce over sets across hosts: ranks 0, 1 and 3 (two on the first host), and 1 and 2."""
+    rank = ringtrain.rank()
+    sets = [ringtrain.add_process_set([0, 1, 3]), ringtrain.add_process_set([1, 2])]
+    for process_set in sets:
+        if process_set.included():
+            everyone = np.stack([_rank_data(member, 501) for member in process_set.ranks])
+            total = ringtrain.allreduce(
+                _rank_data(rank, 501), op=ringtrain.Sum, process_set=process_set
+            )
+            np.testing.assert_allclose(total, everyone.sum(axis=0), rtol=1e-12, atol=1e-12)
+    for process_set in sets:
+        assert ringtrain.remove_process_set(process_set)
 
 
 def _regression_data(rows=203, features=5):

@@ -180,6 +180,10 @@ def body():
     sets = [hvd.ProcessSet(g) for g in groups]
     hvd.init(process_sets=sets)
     mine = next(s for s in sets if r in s.ranks)
+    for s in sets:
+        assert int(hvd.size_op(s.process_set_id)) == len(s.ranks)
+        assert int(hvd.process_set_included_op(s.process_set_id)) == int(s is mine)
+    assert int(hvd.size_op()) == n and int(hvd.process_set_included_op()) == 1
     for check in (
         lambda: check_collectives(mine, r),
         lambda: check_tape(mine, r),
