@@ -144,7 +144,7 @@ def check_interleaved(sets, mine, r, n):
             close(g, np.mean([per_rank[j][i] for j in mine.ranks], axis=0), f"set variable {i}")
 
 
-def check_optimizer(mine, r):
+def check_optimizer(sets, mine, r):
     rows = (4, 1, 3, 6)  # Keras's mean loss needs a row on every rank
 
     def mse(model, x, y):
@@ -153,7 +153,9 @@ def check_optimizer(mine, r):
     def shard(i):
         return data(i, (rows[i % 4], FEATURES), 30), data(i, (rows[i % 4], OUTPUTS), 31)
 
-    for wrap_loss_scale in (False, True):
+    # Only the even ranks train, so every exchange of theirs, the loss scale's agreement on
+    # finite gradients too, must stay within their set: else they would wait for the others.
+    for wrap_loss_scale in (False, True) if mine is sets[0] else ():
         model = mlp(9)
         start = [v.numpy().astype(np.float64) for v in model.trainable_variables]
         optimizer = hk.DistributedOptimizer(keras.optimizers.SGD(0.1), process_set=mine)
@@ -188,7 +190,7 @@ def body():
         lambda: check_collectives(mine, r),
         lambda: check_tape(mine, r),
         lambda: check_interleaved(sets, mine, r, n),
-        lambda: check_optimizer(mine, r),
+        lambda: check_optimizer(sets, mine, r),
     ):
         check()
     try:
