@@ -787,6 +787,12 @@ def stop_timeline() -> None:
     _the_engine().stop_timeline()
 
 
+def withdraw(handles, process_set=None) -> None:
+    """Take back submissions whose results nobody will wait for (``Engine.withdraw``)."""
+    if _engine is not None:  # after shutdown() nothing is in flight
+        _engine_for(process_set).withdraw(handles)
+
+
 def synchronize(handle: Handle | GroupHandle):
     """Wait for ``handle`` and return its result, or raise its error."""
     return handle.wait()

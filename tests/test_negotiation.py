@@ -241,3 +241,29 @@ def test_responses_survive_the_wire_with_every_field():
     steady = messages.Response(messages.ALLREDUCE, ["a", "b"])
     sent = pickle.dumps(messages.to_wire([full, steady]), protocol=pickle.HIGHEST_PROTOCOL)
     assert messages.from_wire(pickle.loads(sent)) == [full, steady]
+
+
+def test_a_withdrawn_submission_is_forgotten_and_confirmed_to_its_rank_only():
+    coord, clock = _coordinator(3, warn=5.0)
+    coord.add(0, [_ar("orphan"), _ar("shared")])
+    coord.add(1, [_ar("shared")])
+    coord.add(0, [messages.Withdrawal("orphan"), messages.Withdrawal("never sent")])
+    assert coord.decided()
+    (response,) = coord.responses()
+    assert response.kind == messages.WITHDRAWN and response.names == ["orphan"]
+    assert response.withdrawn_by == 0 and "withdrawn" in response.error
+    # A name that others also submitted keeps their submissions, and its stall clock.
+    coord.add(1, [messages.Withdrawal("shared")])
+    (response,) = coord.responses()
+    assert response.names == ["shared"] and response.withdrawn_by == 1
+    clock.now = 10.0
+    warnings, _ = coord.check_stalls()
+    assert len(warnings) == 1 and "'shared'" in warnings[0] and "orphan" not in warnings[0]
+    # Once every rank has it, a late withdrawal changes nothing: the response runs.
+    coord.add(1, [_ar("shared")])
+    coord.add(2, [_ar("shared")])
+    coord.add(2, [messages.Withdrawal("shared")])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.names == ["shared"]
+    assert not coord.pending() and coord.responses() == []
+    assert pickle.loads(pickle.dumps(messages.Withdrawal("x"))) == messages.Withdrawal("x")

@@ -31,6 +31,7 @@ from ringtrain.errors import (
     DuplicateNameError,
     EngineStoppedError,
     MismatchError,
+    RingtrainError,
     StallError,
 )
 from ringtrain.ring.collective import Ring
@@ -91,6 +92,7 @@ class Engine:
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._outbox: list[Request] = []
+        self._withdrawals: list[str] = []  # names to take back from the coordinator
         self._inflight: dict[str, Request] = {}
         self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
         self._sends: list[MPI.Request] = []
@@ -130,6 +132,27 @@ class Engine:
         if wake and not self._wakeup.is_set():
             self._wakeup.set()
         return request
+
+    def withdraw(self, handles) -> None:
+        """Take back the submissions of ``handles`` whose caller will never wait for them.
+
+        For a call that fails partway, such as a step whose gradients ranks disagree on: its
+        other submissions would otherwise stay in flight and collide with the next step's.
+        One not sent yet is dropped here; a sent one is taken back from the coordinator,
+        unless a response has taken it already (then it runs as usual). Handles fail.
+        """
+        with self._lock:
+            for handle in handles:
+                request = self._inflight.get(handle.name)
+                if request is None or request.handle is not handle or handle.done():
+                    continue
+                if request in self._outbox:
+                    self._outbox.remove(request)
+                    del self._inflight[handle.name]
+                    handle.fail(_withdrawn_error(handle.name))
+                else:
+                    self._withdrawals.append(handle.name)
+        self._wakeup.set()
 
     def start_timeline(self, path: str) -> None:
         """Start writing a timeline to ``path`` (this rank's part; see ``RINGTRAIN_TIMELINE``).
@@ -272,6 +295,9 @@ class Engine:
             while (message := self._ctrl.improbe(0, _TAG_RESPONSE)) is not None:
                 responses.extend(messages.from_wire(pickle.loads(message.recv())))
         for response in responses:
+            if response.kind == messages.WITHDRAWN:
+                self._forget(response)
+                continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
                 self._finish()
@@ -303,12 +329,14 @@ class Engine:
                 finished += 1
 
     def _send_submissions(self) -> bool:
-        if not self._outbox and not self._shutdown_asked:
+        if not self._outbox and not self._shutdown_asked and not self._withdrawals:
             return False  # the common empty turn; a submission made meanwhile waits one turn
         with self._lock:
             new, self._outbox = self._outbox, []
             shutdown, self._shutdown_asked = self._shutdown_asked, False
+            withdrawals, self._withdrawals = self._withdrawals, []
         entries = [self._cached(r.meta) for r in new]
+        entries += [messages.Withdrawal(name) for name in withdrawals]
         if self._timeline is not None:
             sent = tl.now_ns()
             for request in new:
@@ -367,12 +395,28 @@ class Engine:
             if request is not None:
                 request.handle.complete(result)
 
+    def _forget(self, response):
+        """Drop this rank's requests that the coordinator confirms as withdrawn."""
+        if response.withdrawn_by != self.rank:
+            return
+        with self._lock:
+            requests = [self._inflight.pop(name, None) for name in response.names]
+        for name, request in zip(response.names, requests, strict=True):
+            if request is not None:
+                request.handle.fail(_withdrawn_error(name))
+
     def _stop(self, error):
         with self._lock:
             self._stop_error = error
             pending, self._inflight, self._outbox = self._inflight, {}, []
         for request in pending.values():
             request.handle.fail(error)
+
+
+def _withdrawn_error(name):
+    return RingtrainError(
+        f"tensor {name!r} was withdrawn: the call that submitted it failed on another tensor"
+    )
 
 
 def _stop_error(response):

@@ -32,6 +32,12 @@ class Meta(typing.NamedTuple):
     group: tuple | None = None  # a grouped allreduce: its members' shapes; shape is (total,)
 
 
+class Withdrawal(typing.NamedTuple):
+    """A rank takes back its submission of ``name``, which its caller no longer waits for."""
+
+    name: str
+
+
 # Fields that must agree across ranks, per kind. A field missing here may differ.
 AGREED_FIELDS = {
     ALLREDUCE: ("dtype", "group", "shape", "op", "prescale", "postscale"),
@@ -62,7 +68,9 @@ class Response:
     ``metas`` holds, per name, the meta of the lowest rank that submitted it (left empty for
     an allreduce that no rank has joined: each rank then has its own); ``per_rank``
     holds, per name, every rank's meta (None for a rank that has joined) where the kind needs
-    them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine.
+    them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine; kind
+    ``withdrawn`` tells rank ``withdrawn_by`` that its submissions of ``names`` are
+    forgotten.
     """
 
     kind: str
@@ -74,6 +82,7 @@ class Response:
     error_kind: str | None = None
     cache_ids: dict = dataclasses.field(default_factory=dict)
     last_joined: int = -1
+    withdrawn_by: int = -1
 
 
 _FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Response)))
@@ -90,5 +99,6 @@ def from_wire(rows: list[tuple]) -> list[Response]:
 
 
 STOP = "stop"
+WITHDRAWN = "withdrawn"
 SHUTDOWN_REQUEST = "shutdown"
 FINISHED = "finished"  # a rank's last control message, after it has stopped

@@ -31,6 +31,7 @@ class Coordinator:
         self._cache_meta: dict[int, Meta] = {}
         self._cache_id: dict[Meta, int] = {}
         self._uncached: dict[str, set[int]] = {}  # name -> ranks that sent a full meta
+        self._withdrawn: dict[int, list[str]] = {}  # rank -> names it took back, to confirm
 
     def pending(self) -> bool:
         """Return True while some name waits for ranks that have not submitted it."""
@@ -38,7 +39,12 @@ class Coordinator:
 
     def decided(self) -> bool:
         """Return True if ``responses`` has something to return."""
-        return bool(self._ready) or len(self._joined) == self.size or self._shutdown_by is not None
+        return (
+            bool(self._ready)
+            or bool(self._withdrawn)
+            or len(self._joined) == self.size
+            or self._shutdown_by is not None
+        )
 
     def add(self, rank: int, entries) -> None:
         """Take one message of ``rank``: metas, cache ids, or the shutdown request."""
@@ -47,6 +53,9 @@ class Coordinator:
             if entry == messages.SHUTDOWN_REQUEST:
                 if self._shutdown_by is None:
                     self._shutdown_by = rank
+                continue
+            if isinstance(entry, messages.Withdrawal):
+                self._withdraw(rank, entry.name)
                 continue
             if isinstance(entry, int):
                 meta = self._cache_meta[entry]
@@ -62,6 +71,25 @@ class Coordinator:
             self._table.setdefault(meta.name, {})[rank] = meta
             self.stall.seen(meta.name, now)
             self._note_if_ready(meta.name, now)
+
+    def _withdraw(self, rank, name):
+        """Forget ``rank``'s submission of ``name`` unless a response has taken it already.
+
+        A taken one runs on every rank as usual (its result goes unread); a forgotten one is
+        confirmed to the rank, which keeps its request until one or the other happens.
+        """
+        metas = self._table.get(name)
+        if metas is None or rank not in metas or name in self._ready_at:
+            return
+        del metas[rank]
+        uncached = self._uncached.get(name)
+        if uncached is not None:
+            uncached.discard(rank)
+        if not metas:
+            del self._table[name]
+            self._uncached.pop(name, None)
+            self.stall.done(name)
+        self._withdrawn.setdefault(rank, []).append(name)
 
     def _note_if_ready(self, name, now):
         if name in self._ready_at or len(self._table[name]) + len(self._joined) < self.size:
@@ -100,6 +128,10 @@ class Coordinator:
         if len(self._joined) == self.size:
             out.append(Response(messages.JOIN, [messages.JOIN_NAME], last_joined=self._joined[-1]))
             self._joined = []
+        for rank, names in self._withdrawn.items():
+            reason = "withdrawn: the call that submitted it failed on another tensor"
+            out.append(Response(messages.WITHDRAWN, names, error=reason, withdrawn_by=rank))
+        self._withdrawn = {}
         if self._shutdown_by is not None:
             reason = f"rank {self._shutdown_by} shut ringtrain down (shutdown() or its exit)"
             out.append(self.stop(reason, "shutdown"))

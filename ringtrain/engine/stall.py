@@ -26,7 +26,7 @@ class StallInspector:
         self._first_seen.setdefault(name, now)
 
     def done(self, name: str) -> None:
-        """Forget ``name``: every rank has submitted it."""
+        """Forget ``name``: every rank has submitted it, or no rank's submission is left."""
         self._first_seen.pop(name, None)
         self._warned.discard(name)
 

@@ -110,21 +110,26 @@ def synchronize(token, dtypes):
 
 
 @tf.autograph.experimental.do_not_convert
-def synchronize_each(tokens, dtypes, describes, finishes):
+def synchronize_each(tokens, dtypes, describes, finishes, process_set=None):
     """Return the result of every enqueue op in ``tokens`` (one handle each), from one op.
 
     The op waits for the handles in order and applies ``finishes[i]`` (or nothing, for None)
     to each result as it comes in, so a check on the first result can fail the op before it
     waits for the others. An engine error is re-raised with ``describes[i]`` (what the tensor
-    is) in front.
+    is) in front. When the op fails, the handles it did not reach are withdrawn from the
+    engine of ``process_set``, so that they cannot collide with the next call's.
     """
 
     def _wait(*token_values):
         handles = [_handles.pop(int(t)) for t in token_values]
-        return [
-            _result(handle, describe, finish)
-            for handle, describe, finish in zip(handles, describes, finishes, strict=True)
-        ]
+        results = []
+        try:
+            for handle, describe, finish in zip(handles, describes, finishes, strict=True):
+                results.append(_result(handle, describe, finish))
+        except BaseException:
+            api.withdraw(handles[len(results) :], process_set)
+            raise
+        return results
 
     out = tf.numpy_function(_wait, list(tokens), dtypes, stateful=True, name="rt_synchronize")
     return [out] if not isinstance(out, list | tuple) else list(out)

@@ -247,6 +247,7 @@ def _run(plans, labels, site, process_set):
             *(f"{site}: {labels[i]}" for i, _ in present),
         ],
         [functools.partial(_check_manifest, codes, labels, site)] + [None] * len(present),
+        process_set,
     )[1:]
     by_plan: dict[int, list] = {}
     for (i, part), result in zip(present, results, strict=True):
