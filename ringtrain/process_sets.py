@@ -8,6 +8,8 @@ own (its own thread and communicators); the other ranks hold none. ``global_proc
 stands for every rank.
 """
 
+import operator
+
 
 class ProcessSet:
     """A set of ranks that run collectives together; ranks are those of ``init()``'s job."""
@@ -17,8 +19,12 @@ class ProcessSet:
             listed = list(ranks)
         except TypeError:
             raise TypeError(f"a process set takes a list of ranks, got {ranks!r}") from None
-        if any(isinstance(r, bool) or not isinstance(r, int) for r in listed):
-            raise TypeError(f"a process set's ranks must be ints, got {listed!r}")
+        try:
+            if any(isinstance(r, bool) for r in listed):
+                raise TypeError
+            listed = [operator.index(r) for r in listed]  # ints, NumPy's too
+        except TypeError:
+            raise TypeError(f"a process set's ranks must be ints, got {listed!r}") from None
         if not listed or len(set(listed)) != len(listed):
             raise ValueError(f"a process set needs distinct ranks, at least one; got {listed}")
         self.ranks = sorted(listed)

@@ -104,6 +104,8 @@ def check_errors(sets, mine, r, n):
     expect_error(ValueError, "distinct ranks", ProcessSet, [0, 0])
     expect_error(TypeError, "ranks must be ints, got [0.5]", ProcessSet, [0.5])
     expect_error(TypeError, "takes a list of ranks, got 3", ProcessSet, 3)
+    expect_error(TypeError, "ranks must be ints, got [True]", ProcessSet, [True])
+    assert ProcessSet(np.arange(2)[::-1]).ranks == [0, 1]
     unregistered = ProcessSet([0])
     expect_error(
         ValueError, "is not registered", ringtrain.allreduce, np.ones(2), process_set=unregistered
