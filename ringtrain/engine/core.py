@@ -139,8 +139,10 @@ class Engine:
         For a call that fails partway, such as a step whose gradients ranks disagree on: its
         other submissions would otherwise stay in flight and collide with the next step's.
         One not sent yet is dropped here; a sent one is taken back from the coordinator,
-        unless a response has taken it already (then it runs as usual). Handles fail.
+        unless a response has taken it already (then it runs as usual). Returns once each
+        is settled, so that its name is free for the caller's next submission.
         """
+        sent = []
         with self._lock:
             for handle in handles:
                 request = self._inflight.get(handle.name)
@@ -152,7 +154,15 @@ class Engine:
                     handle.fail(_withdrawn_error(handle.name))
                 else:
                     self._withdrawals.append(handle.name)
+                    sent.append(handle)
         self._wakeup.set()
+        for handle in sent:
+            # The coordinator answers every withdrawal: it confirms it, or the response that
+            # had taken the tensor runs here as on every rank.
+            try:
+                self.wait(handle)
+            except RingtrainError:
+                pass
 
     def start_timeline(self, path: str) -> None:
         """Start writing a timeline to ``path`` (this rank's part; see ``RINGTRAIN_TIMELINE``).
