@@ -3,11 +3,11 @@
 Two gradients a and b combine as (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b: their mean
 where they point the same way, their sum where they are orthogonal (a zero vector counts
 as orthogonal to everything). Over 2^k ranks the combinations form a binary tree: at
-level l, ranks r and r ^ 2^l swap their vectors and both combine them, the lower rank's
-first, so after k levels every rank holds the same result. Vectors travel and combine in
-float32 (float64 for float64 tensors), as Horovod's do; dot products and coefficients are
-float64 sums in a fixed order (compiled, never reassociated), so partners compute the
-same bits wherever their buffers lie.
+level l, ranks r and r ^ 2^l combine their two vectors, the lower rank's first. Vectors
+travel and combine in float32 (float64 for float64 tensors), as Horovod's do; dot
+products and coefficients are float64 sums in a fixed order (compiled, never
+reassociated, and added across ranks in rank order), and each element of the result is
+computed by one rank only, so every rank ends with the same bits.
 """
 
 import numpy as np
@@ -18,11 +18,11 @@ _TAG = 8  # on the executor's communicator; the message ring uses 7
 
 
 @njit
-def _combine(a, b, out):
-    """Write the Adasum of vectors ``a`` and ``b`` to ``out`` (which may be either).
+def _dots(a, b):
+    """Return a.b, a.a and b.b as float64 sums in a fixed order.
 
-    The dot products run in four interleaved partial sums, added up in a fixed order: four
-    times as fast as one chain of additions, and the same bits on every rank.
+    Four interleaved partial sums, added up in a fixed order: four times as fast as one
+    chain of additions, and the same bits on every rank whatever the buffers' alignment.
     """
     n = a.size
     ab0 = ab1 = ab2 = ab3 = 0.0
@@ -59,13 +59,49 @@ def _combine(a, b, out):
         ab0 += x * y
         aa0 += x * x
         bb0 += y * y
-    ab = (ab0 + ab1) + (ab2 + ab3)
-    aa = (aa0 + aa1) + (aa2 + aa3)
-    bb = (bb0 + bb1) + (bb2 + bb3)
-    ca = 1.0 - ab / (2.0 * aa) if aa > 0.0 else 1.0
-    cb = 1.0 - ab / (2.0 * bb) if bb > 0.0 else 1.0
-    for i in range(n):
+    return (ab0 + ab1) + (ab2 + ab3), (aa0 + aa1) + (aa2 + aa3), (bb0 + bb1) + (bb2 + bb3)
+
+
+@njit
+def _mix(a, b, out, ca, cb):
+    """Write ca * a + cb * b to ``out`` (which may be ``a`` or ``b``)."""
+    for i in range(a.size):
         out[i] = ca * np.float64(a[i]) + cb * np.float64(b[i])
+
+
+def _coefficients(ab, aa, bb):
+    """Return Adasum's weights of a and b from their dot products (a zero vector: 1)."""
+    return (1.0 - ab / (2.0 * aa) if aa > 0.0 else 1.0), (
+        1.0 - ab / (2.0 * bb) if bb > 0.0 else 1.0
+    )
+
+
+def _group_sum(comm, rank, group, partial):
+    """Return the sum, in member order, of ``partial`` over the ``group`` ranks around ``rank``.
+
+    The members are the ranks that agree on every bit above ``group`` (a power of two);
+    they gather each other's rows by recursive doubling, then all add them alike.
+    """
+    rows = np.zeros((group, partial.size))
+    me = rank % group
+    rows[me] = partial
+    distance = 1
+    while distance < group:
+        mine = me // distance * distance
+        theirs = (me ^ distance) // distance * distance
+        comm.Sendrecv(
+            rows[mine : mine + distance],
+            rank ^ distance,
+            _TAG,
+            rows[theirs : theirs + distance],
+            rank ^ distance,
+            _TAG,
+        )
+        distance <<= 1
+    total = rows[0].copy()
+    for row in rows[1:]:
+        total += row
+    return total
 
 
 def adasum(comm, vector: np.ndarray, theirs: np.ndarray) -> np.ndarray:
@@ -73,13 +109,40 @@ def adasum(comm, vector: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 
     ``vector`` and ``theirs`` (scratch of the same size) are 1-D, float32 or float64;
     collective over ``comm``. Returns ``vector``.
+
+    Vector halving, distance doubling, as Horovod's: at each level partners split the piece
+    they share, each keeps a half and receives the partner's copy of it, and every rank
+    combines only its half. The dot products of the two whole vectors are the sum of the
+    halves' (a group sum over the ranks that hold a piece of the same pair). Then the
+    pieces travel back, level by level, until every rank holds the whole result.
     """
     rank, size = comm.Get_rank(), comm.Get_size()
+    lo, hi = 0, vector.size
+    splits = []
     distance = 1
     while distance < size:
         partner = rank ^ distance
-        comm.Sendrecv(vector, partner, _TAG, theirs, partner, _TAG)
-        lower, upper = (vector, theirs) if rank < partner else (theirs, vector)
-        _combine(lower, upper, vector)
+        lower = rank < partner
+        mid = lo + (hi - lo + 1) // 2
+        (keep_lo, keep_hi), (give_lo, give_hi) = (
+            ((lo, mid), (mid, hi)) if lower else ((mid, hi), (lo, mid))
+        )
+        comm.Sendrecv(
+            vector[give_lo:give_hi], partner, _TAG, theirs[keep_lo:keep_hi], partner, _TAG
+        )
+        mine, peer = vector[keep_lo:keep_hi], theirs[keep_lo:keep_hi]
+        a, b = (mine, peer) if lower else (peer, mine)
+        ab, aa, bb = _group_sum(comm, rank, 2 * distance, np.array(_dots(a, b)))
+        ca, cb = _coefficients(ab, aa, bb)
+        _mix(a, b, mine, ca, cb)
+        splits.append((lo, hi))
+        lo, hi = keep_lo, keep_hi
         distance <<= 1
+    while splits:
+        distance >>= 1
+        partner = rank ^ distance
+        whole_lo, whole_hi = splits.pop()
+        other_lo, other_hi = (hi, whole_hi) if lo == whole_lo else (whole_lo, lo)
+        comm.Sendrecv(vector[lo:hi], partner, _TAG, vector[other_lo:other_hi], partner, _TAG)
+        lo, hi = whole_lo, whole_hi
     return vector
