@@ -24,7 +24,7 @@ from ringtrain.engine.handle import GroupHandle, Handle
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.kernels import is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
-from ringtrain.process_sets import ProcessSet, global_process_set
+from ringtrain.process_sets import ProcessSet, global_process_set, resolve
 from ringtrain.ring.schedule import segment_bounds
 from ringtrain.topology import Topology
 
@@ -153,11 +153,9 @@ def add_process_set(process_set) -> ProcessSet:
     outside = [r for r in process_set.ranks if not 0 <= r < size()]
     if outside:
         raise ValueError(f"process set ranks {outside} are outside [0, {size()})")
-    for known, _ in _sets.values():
-        if known.ranks == process_set.ranks:
-            raise ValueError(
-                f"a process set of ranks {known.ranks} is already registered: {known!r}"
-            )
+    known = _registered(process_set.ranks)
+    if known is not None:
+        raise ValueError(f"a process set of ranks {known.ranks} is already registered: {known!r}")
     from mpi4py import MPI
 
     from ringtrain.engine.core import Engine
@@ -244,19 +242,17 @@ def registered_process_set(ranks) -> ProcessSet | None:
     ranks = sorted(ranks)
     if ranks == list(range(size())):
         return None
-    for known, _ in _sets.values():
-        if known.ranks == ranks:
-            return known
-    raise ValueError(
-        f"no process set of ranks {ranks} is registered; add it (add_process_set) first"
-    )
+    known = _registered(ranks)
+    if known is None:
+        raise ValueError(
+            f"no process set of ranks {ranks} is registered; add it (add_process_set) first"
+        )
+    return known
 
 
-def _ranks_of(process_set) -> list:
-    """Return the job's ranks in ``process_set`` (None: every rank), in order."""
-    if process_set is None or process_set is global_process_set:
-        return list(range(size()))
-    return process_set.ranks
+def _registered(ranks) -> ProcessSet | None:
+    """Return the registered process set of exactly ``ranks`` (sorted), or None."""
+    return next((known for known, _ in _sets.values() if known.ranks == ranks), None)
 
 
 def is_initialized() -> bool:
@@ -425,7 +421,7 @@ def _allreduce_meta(
     if op == ReduceOp.Average and is_integer(dtype) and is_device_array(array):
         raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
     if op == ReduceOp.Adasum:
-        _check_adasum(dtype, is_device_array(array), len(_ranks_of(process_set)))
+        _check_adasum(dtype, is_device_array(array), len(resolve(process_set).ranks))
     return messages.Meta(
         name=name,
         kind=messages.ALLREDUCE,
@@ -541,20 +537,20 @@ def grouped_allreduce(
 def allgather_async(tensor, name=None, process_set=None) -> Handle:
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
     engine = _engine_for(process_set)
-    array, meta = _allgather_request(tensor, None)
+    array, meta = _allgather_request(tensor)
     return _submit(engine, meta._replace(name=_name("allgather", name, process_set)), array)
 
 
-def _allgather_request(tensor, name):
-    """Return the array and meta of an allgather of ``tensor`` under ``name``, checked.
+def _allgather_request(tensor):
+    """Return the array and the still unnamed meta of an allgather of ``tensor``, checked.
 
-    Unnamed calls name the meta after the checks: a call that fails takes no number.
+    Callers name the meta after the checks: an unnamed call that fails takes no number.
     """
     array = _input(tensor, "allgather")
     if array.ndim == 0:
         raise ValueError("allgather needs an array of at least one dimension; got a 0-d array")
     return array, messages.Meta(
-        name=name, kind=messages.ALLGATHER, dtype=name_of(array.dtype), shape=array.shape
+        name="", kind=messages.ALLGATHER, dtype=name_of(array.dtype), shape=array.shape
     )
 
 
@@ -572,7 +568,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None) -> GroupHandle
     if not tensors:
         raise ValueError("grouped_allgather needs at least one tensor; got an empty list")
     # Every tensor is checked before any is submitted: a bad one leaves nothing in flight.
-    requests = [_allgather_request(t, None) for t in tensors]
+    requests = [_allgather_request(t) for t in tensors]
     return _submit_group(engine, requests, _name("grouped_allgather", name, process_set))
 
 
@@ -605,7 +601,7 @@ def _root(root_rank, process_set) -> int:
     """Return the index of job rank ``root_rank`` in ``process_set``, checking it is there."""
     if isinstance(root_rank, bool) or not isinstance(root_rank, int | np.integer):
         raise TypeError(f"root_rank must be an int, got {root_rank!r}")
-    ranks = _ranks_of(process_set)
+    ranks = resolve(process_set).ranks
     if root_rank not in ranks:
         if process_set is None or process_set is global_process_set:
             raise ValueError(f"root_rank {root_rank} is outside [0, {len(ranks)})")
@@ -622,7 +618,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None) -> Handle:
     array = _input(tensor, "alltoall")
     if array.ndim == 0:
         raise ValueError("alltoall needs an array of at least one dimension; got a 0-d array")
-    n = len(_ranks_of(process_set))
+    n = len(resolve(process_set).ranks)
     if splits is None:
         splits = tuple(hi - lo for lo, hi in segment_bounds(array.shape[0], n))
     else:
@@ -655,12 +651,12 @@ def reducescatter_async(
     Rows are shared out evenly, the first ranks getting one more.
     """
     engine = _engine_for(process_set)
-    array, meta = _reducescatter_request(tensor, op, None, prescale_factor, postscale_factor)
+    array, meta = _reducescatter_request(tensor, op, prescale_factor, postscale_factor)
     return _submit(engine, meta._replace(name=_name("reducescatter", name, process_set)), array)
 
 
-def _reducescatter_request(tensor, op, name, prescale, postscale):
-    """Return the array and meta of a reducescatter of ``tensor`` under ``name``, checked."""
+def _reducescatter_request(tensor, op, prescale, postscale):
+    """Return the array and the still unnamed meta of a reducescatter of ``tensor``, checked."""
     array = _input(tensor, "reducescatter")
     if array.ndim == 0:
         raise ValueError("reducescatter needs an array of at least one dimension; got 0-d")
@@ -668,7 +664,7 @@ def _reducescatter_request(tensor, op, name, prescale, postscale):
     if op == ReduceOp.Adasum:
         raise ValueError("reducescatter takes op Sum, Average, Min, Max or Product, not Adasum")
     return array, messages.Meta(
-        name=name,
+        name="",
         kind=messages.REDUCESCATTER,
         dtype=name_of(array.dtype),
         shape=array.shape,
@@ -694,9 +690,7 @@ def grouped_reducescatter_async(
     engine = _engine_for(process_set)
     if not tensors:
         raise ValueError("grouped_reducescatter needs at least one tensor; got an empty list")
-    requests = [
-        _reducescatter_request(t, op, None, prescale_factor, postscale_factor) for t in tensors
-    ]
+    requests = [_reducescatter_request(t, op, prescale_factor, postscale_factor) for t in tensors]
     return _submit_group(engine, requests, _name("grouped_reducescatter", name, process_set))
 
 
@@ -789,8 +783,9 @@ def stop_timeline() -> None:
 
 def withdraw(handles, process_set=None) -> None:
     """Take back submissions whose results nobody will wait for (``Engine.withdraw``)."""
-    if _engine is not None:  # after shutdown() nothing is in flight
-        _engine_for(process_set).withdraw(handles)
+    engine = resolve(process_set).engine  # None once stopped: then nothing is in flight
+    if engine is not None:
+        engine.withdraw(handles)
 
 
 def synchronize(handle: Handle | GroupHandle):
