@@ -1,6 +1,6 @@
 """ringtrain: Horovod-style data-parallel training on a ring allreduce over mpi4py."""
 
-from ringtrain import capabilities
+from ringtrain import capabilities, elastic
 from ringtrain.api import (
     add_process_set,
     allgather,
@@ -66,6 +66,7 @@ __all__ = [
     "ReduceOp",
     "RingtrainError",
     "StallError",
+    "elastic",
     "Sum",
     "add_process_set",
     "allgather",

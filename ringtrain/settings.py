@@ -106,6 +106,36 @@ _FIELDS = {
 
 _NONE_ALLOWED = frozenset(f.name for f in dataclasses.fields(Settings) if f.default is None)
 
+# What ringtrain-run's elastic mode tells each rank: not settings of its own, read below.
+ELASTIC_DIR = PREFIX + "ELASTIC_DIR"
+ELASTIC_GENERATION = PREFIX + "ELASTIC_GENERATION"
+
+
+@dataclasses.dataclass(frozen=True)
+class ElasticLaunch:
+    """Where an elastic job's commits go, and how many times the job was relaunched before.
+
+    ``directory`` is None outside ``ringtrain-run``'s elastic mode: nothing is written then.
+    """
+
+    directory: str | None = None
+    generation: int = 0
+
+
+def elastic_launch(environ=None) -> ElasticLaunch:
+    """Read the elastic launch from ``environ`` (default ``os.environ``).
+
+    A bad value raises ValueError naming the variable, the value and what was expected.
+    """
+    environ = os.environ if environ is None else environ
+    values = {}
+    if ELASTIC_DIR in environ:
+        values["directory"] = _apply(_parse_path, environ[ELASTIC_DIR], ELASTIC_DIR)
+    if ELASTIC_GENERATION in environ:
+        parse = _parse_number(int, 0)
+        values["generation"] = _apply(parse, environ[ELASTIC_GENERATION], ELASTIC_GENERATION)
+    return ElasticLaunch(**values)
+
 
 def env_name(field: str) -> str:
     """Return the environment variable that sets ``field``."""
@@ -118,7 +148,7 @@ def read(environ=None, **overrides) -> Settings:
     A bad value raises ValueError naming the variable or keyword, the value and what was expected.
     """
     environ = os.environ if environ is None else environ
-    known = {PREFIX + var for var, _ in _FIELDS.values()}
+    known = {PREFIX + var for var, _ in _FIELDS.values()} | {ELASTIC_DIR, ELASTIC_GENERATION}
     unknown = sorted(k for k in environ if k.startswith(PREFIX) and k not in known)
     for name in unknown:
         warnings.warn(

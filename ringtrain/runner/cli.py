@@ -5,7 +5,7 @@ import os
 import shlex
 import sys
 
-from ringtrain.runner import exports, hosts, hydra, openmpi, watchdog
+from ringtrain.runner import elastic, exports, hosts, hydra, openmpi, watchdog
 from ringtrain.runner.flavour import Flavour, detect
 from ringtrain.runner.guard import guarded
 from ringtrain.runner.job import Job, LaunchError
@@ -19,12 +19,17 @@ examples:
   ringtrain-run -np 8 -H node1:4,node2:4 python train.py
   ringtrain-run -np 8 --hostfile hostfiles/two-machines --network-interface 10.0.0.0/24 \\
       python train.py
+  ringtrain-run -np 4 --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python train.py
 
 Without -H or --hostfile the job runs on this machine, which it may oversubscribe: Open MPI
 then oversubscribes only when -np exceeds the cores it counts. With hosts, -np must fit
 their slots unless --oversubscribe is given. Python ranks run under a guard that ends the
 whole job when one rank raises or exits non-zero. The exit status is the job's; with
 --start-timeout, it is 124 when some rank did not start in time.
+
+With --host-discovery-script the job is elastic: the script prints the hosts it may use now
+('host:slots' lines), and the job is relaunched on them when a rank fails or the hosts
+change, resuming from the state that ringtrain.elastic committed last.
 """
 
 
@@ -37,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command to run, e.g. ringtrain-run -np 2 python train.py")
     if args.start_timeout is not None and args.start_timeout <= 0:
         parser.error(f"--start-timeout must be positive, not {args.start_timeout:g}")
+    if args.host_discovery_script is not None:
+        return _run_elastic(parser, args, command)
+    for option in _ELASTIC_ONLY:
+        if getattr(args, option) is not None:
+            flag = "--" + option.replace("_", "-")
+            parser.error(f"{flag} needs --host-discovery-script (an elastic job)")
     try:
         mpirun = find_mpirun()
         flavour = detect(mpirun)
@@ -66,12 +77,60 @@ def main(argv: list[str] | None = None) -> int:
     return watchdog.supervise(launch, job.num_proc, args.start_timeout, _where(job.hosts))
 
 
+_ELASTIC_ONLY = ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit")
+_ELASTIC_ONLY += ("elastic_state_dir",)
+
+
+def _run_elastic(parser, args, command):
+    if args.hosts is not None or args.hostfile is not None:
+        parser.error("--host-discovery-script lists the hosts itself: drop -H/--hostfile")
+    if args.start_timeout is not None:
+        parser.error("--start-timeout cannot be combined with --host-discovery-script")
+    try:
+        options = elastic.Elastic(
+            script=args.host_discovery_script,
+            min_np=args.num_proc if args.min_np is None else args.min_np,
+            max_np=args.num_proc if args.max_np is None else args.max_np,
+            slots_per_host=1 if args.slots_per_host is None else args.slots_per_host,
+            timeout=600.0 if args.elastic_timeout is None else args.elastic_timeout,
+            reset_limit=3 if args.reset_limit is None else args.reset_limit,
+            state_dir=args.elastic_state_dir,
+        )
+        mpirun = find_mpirun()
+        build = _BUILDERS[detect(mpirun)]
+        guarded_command = tuple(_command(command, True))
+        base_env = _settings(args)
+
+        def launcher(found, num_proc, launch_env):
+            job = Job(
+                command=guarded_command,
+                num_proc=num_proc,
+                hosts=found,
+                env=tuple(sorted({**base_env, **launch_env}.items())),
+                network_interface=args.network_interface,
+                oversubscribe=args.oversubscribe,
+                mpi_args=tuple(shlex.split(args.mpi_args or "")),
+            )
+            return build(mpirun, job)
+
+        if args.dry_run:
+            directory = args.elastic_state_dir or "<a new temporary directory>"
+            print(shlex.join(elastic.first_launch(options, launcher, directory)))
+            return 0
+        sys.stdout.flush()
+        return elastic.run(options, launcher)
+    except (OSError, ValueError) as err:
+        print(f"ringtrain-run: error: {err}", file=sys.stderr)
+        return 2
+
+
 def _command(command, announce):
     wrapped = guarded(command, announce)
     if announce and wrapped == command:
         raise LaunchError(
-            "--start-timeout needs a Python command (python script.py, -m module or -c code): "
-            "its ranks report their start through ringtrain's rank guard"
+            "--start-timeout and --host-discovery-script need a Python command (python "
+            "script.py, -m module or -c code): its ranks report their start through "
+            "ringtrain's rank guard"
         )
     return wrapped
 
@@ -156,6 +215,37 @@ def _parser():
         "--hierarchical-allreduce",
         action="store_true",
         help="reduce within each host, then across hosts",
+    )
+    flexible = parser.add_argument_group(
+        "elastic jobs (relaunched from their last commit when a rank fails or hosts change)"
+    )
+    flexible.add_argument(
+        "--host-discovery-script",
+        metavar="FILE",
+        help="executable that prints the usable hosts, one 'host:slots' line each",
+    )
+    flexible.add_argument("--min-np", type=int, metavar="N", help="fewest ranks (default: -np)")
+    flexible.add_argument("--max-np", type=int, metavar="N", help="most ranks (default: -np)")
+    flexible.add_argument(
+        "--slots-per-host", type=int, metavar="N", help="slots of a host listed without :N (1)"
+    )
+    flexible.add_argument(
+        "--elastic-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long to wait for --min-np slots before giving up (600)",
+    )
+    flexible.add_argument(
+        "--reset-limit",
+        type=int,
+        metavar="N",
+        help="failed launches to relaunch before giving up (3); host changes do not count",
+    )
+    flexible.add_argument(
+        "--elastic-state-dir",
+        metavar="DIR",
+        help="where ranks keep their commits (default: a temporary directory, removed on "
+        "success); on several hosts, the same path on each",
     )
     parser.add_argument(
         "--mpi-args", metavar="ARGS", help='extra mpirun arguments, e.g. "--mca btl ^openib"'

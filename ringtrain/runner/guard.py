@@ -5,7 +5,9 @@ ranks that wait for it in a collective: the job hangs. ``ringtrain-run`` starts 
 ``python -m ringtrain.runner.guard script.py ...``; on an uncaught exception or a non-zero
 ``sys.exit`` the guard prints which rank on which host failed and calls ``MPI_Abort``.
 With ``--announce`` first, the guard also prints a line saying that its rank has started,
-which ``ringtrain-run --start-timeout`` waits for.
+which ``ringtrain-run --start-timeout`` waits for. In an elastic launch the guard counts the
+launcher's notices of new hosts from the start (``notices``), and lets ranks that stop at a
+commit for them exit with ``notices.RESTART_STATUS`` without ending the job as failed.
 """
 
 import os
@@ -14,6 +16,9 @@ import runpy
 import socket
 import sys
 import time
+
+from ringtrain import settings
+from ringtrain.runner import notices
 
 _GUARD = ["-m", "ringtrain.runner.guard"]
 _ANNOUNCE = "--announce"
@@ -52,14 +57,19 @@ def guarded(command: list[str], announce: bool = False) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     """Run ``script.py args``, ``-m module args`` or ``-c code args`` as Python would."""
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == [_ANNOUNCE]:
+    announce = args[:1] == [_ANNOUNCE]
+    if announce:
         args = args[1:]
+    elastic = settings.elastic_launch().directory is not None
+    if elastic:
+        notices.install()  # before the start line: the launcher notifies only started ranks
+    if announce:
         print(_STARTED_LINE.format(_rank_from_environment()), flush=True)
     try:
         _run(args)
     except SystemExit as exc:
         status = _exit_status(exc.code)
-        if not status:
+        if not status or (elastic and status == notices.RESTART_STATUS):
             raise
         if not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)

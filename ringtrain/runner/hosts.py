@@ -33,6 +33,17 @@ def parse_host_list(text: str) -> list[Host]:
     return _parse_entries("-H", [item.strip() for item in text.split(",")], hostfile=False)
 
 
+def parse_discovered(text: str, source: str, default_slots: int) -> list[Host]:
+    """Parse a host discovery script's output: ``host:N`` or ``host`` lines, maybe none.
+
+    A host without ``:N`` gets ``default_slots``.
+    """
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    if not any(lines):
+        return []
+    return _parse_entries(source, lines, hostfile=True, default_slots=default_slots)
+
+
 def host_of_rank(hosts: list[Host], rank: int) -> str | None:
     """Return the host that ``rank`` lands on when ranks fill the slots in order, if any."""
     for host in hosts:
@@ -52,7 +63,7 @@ def check_slots(hosts: list[Host], num_proc: int, source: str, oversubscribe: bo
         )
 
 
-def _parse_entries(source, texts, hostfile):
+def _parse_entries(source, texts, hostfile, default_slots=1):
     hosts = []
     first_seen = {}
     for number, text in enumerate(texts, 1):
@@ -61,7 +72,7 @@ def _parse_entries(source, texts, hostfile):
             if hostfile:
                 continue
             raise HostfileError(f"{where}: empty host name")
-        host = _parse_entry(text, where, hostfile)
+        host = _parse_entry(text, where, hostfile, default_slots)
         if host.name in first_seen:
             raise HostfileError(
                 f"{where}: host {host.name!r} is listed twice (first at {first_seen[host.name]}); "
@@ -74,12 +85,12 @@ def _parse_entries(source, texts, hostfile):
     return hosts
 
 
-def _parse_entry(text, where, hostfile):
+def _parse_entry(text, where, hostfile, default_slots):
     patterns = [_SLOTS_LINE, _COLON_LINE, _BARE_LINE] if hostfile else [_COLON_LINE, _BARE_LINE]
     for pattern in patterns:
         match = pattern.fullmatch(text)
         if match:
-            slots = int(match.groupdict().get("slots") or 1)
+            slots = int(match.groupdict().get("slots") or default_slots)
             if slots <= 0:
                 raise HostfileError(f"{where}: slots must be at least 1, not {slots}: {text!r}")
             return Host(match["name"], slots)

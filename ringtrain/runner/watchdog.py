@@ -70,15 +70,32 @@ def _relay_until_started(fd, num_proc, timeout):
         chunk = os.read(fd, 65536) if ready else b""
         if not chunk:
             break
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            found = STARTED.search(line)
-            if found:
-                started.add(int(found[1]))
-            else:
-                _write(line + b"\n")
+        pending = _relay_lines(pending + chunk, started)
     _write(pending)
     return started, late
+
+
+def relay_noting_starts(fd: int, started: set[int]) -> None:
+    """Relay ``fd`` to standard output until it closes, but for ranks' start lines.
+
+    The rank of each start line goes into ``started`` instead, as it comes.
+    """
+    pending = b""
+    while chunk := os.read(fd, 65536):
+        pending = _relay_lines(pending + chunk, started)
+    _write(pending)
+
+
+def _relay_lines(data, started):
+    """Relay the whole lines of ``data`` but start lines, noted in ``started``; return the rest."""
+    *lines, pending = data.split(b"\n")
+    for line in lines:
+        found = STARTED.search(line)
+        if found:
+            started.add(int(found[1]))
+        else:
+            _write(line + b"\n")
+    return pending
 
 
 def _relay(fd):

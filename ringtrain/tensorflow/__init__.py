@@ -36,6 +36,7 @@ from ringtrain.errors import (
 )
 from ringtrain.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.process_sets import ProcessSet, global_process_set
+from ringtrain.tensorflow import elastic
 from ringtrain.tensorflow.collectives import (
     allgather,
     allreduce,
@@ -66,6 +67,7 @@ from ringtrain.tensorflow.topology import (
 tf_allocator.prefer_pooling(os.environ)  # before the first tensor: see the module
 
 __all__ = [
+    "elastic",
     "Adasum",
     "ProcessSet",
     "add_process_set",

@@ -26,7 +26,7 @@ from ringtrain.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.process_sets import ProcessSet, global_process_set
 from ringtrain.tensorflow.collectives import broadcast_variables
 from ringtrain.tensorflow.compression import Compression
-from ringtrain.tensorflow.keras import callbacks
+from ringtrain.tensorflow.keras import callbacks, elastic
 from ringtrain.tensorflow.keras.optimizer import (
     DistributedOptimizer,
     PartialDistributedOptimizer,
@@ -71,6 +71,7 @@ __all__ = [
     "broadcast_object",
     "broadcast_variables",
     "callbacks",
+    "elastic",
     "cross_rank",
     "cross_size",
     "init",

@@ -1,0 +1,334 @@
+"""Elastic jobs: ``ringtrain-run --host-discovery-script`` relaunches, and states resume.
+
+The launches are real: ``ringtrain-run`` runs mpirun on this machine, ranks die with
+``os._exit``, and the discovery script prints a file that a rank rewrites. The job
+(tests/elastic/numpy_job.py) records every step it took and the world size it took it at;
+each test replays that history in NumPy and checks that every step ran exactly once and
+that the weights are what those steps give.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi_launch import launch
+
+from ringtrain import settings
+from ringtrain.elastic import ObjectState, commits
+from ringtrain.runner import elastic, hosts
+from ringtrain.runner.hosts import Host, HostfileError
+from ringtrain.runner.job import LaunchError
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = str(REPO / "tests/elastic/numpy_job.py")
+KERAS_JOB = str(REPO / "tests/elastic/keras_job.py")
+sys.path.insert(0, str(REPO / "tests/elastic"))
+import numpy_job  # noqa: E402 - the job's gradients, for the replay
+
+
+def _discovery(tmp_path, listing):
+    """Return a discovery script that prints the file ``hosts``, now holding ``listing``."""
+    (tmp_path / "hosts").write_text(listing.replace(",", "\n") + "\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {tmp_path / 'hosts'}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def _run(tmp_path, args, steps, every, timeout=150, **job_env):
+    job_env.update(
+        ELASTIC_STEPS=str(steps),
+        ELASTIC_COMMIT_EVERY=str(every),
+        ELASTIC_OUT=str(tmp_path / "out.json"),
+    )
+    return _launch_job(tmp_path, args, JOB, timeout, job_env)
+
+
+def _launch_job(tmp_path, args, job, timeout, job_env):
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="3", **job_env)
+    argv = [sys.executable, "-m", "ringtrain.runner", *args, sys.executable, job]
+    return launch(argv, timeout, cwd=tmp_path, env=env)[0]
+
+
+def _replayed(history):
+    """Return the weights that ``history``'s (step, size, launch) entries give, in NumPy."""
+    weights = np.zeros(numpy_job.LENGTH)
+    for step, size, _ in history:
+        mean = np.mean([numpy_job.gradient(rank, step) for rank in range(size)], axis=0)
+        weights = weights - 0.1 * mean
+    return weights
+
+
+def _result(tmp_path, steps):
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert [step for step, _, _ in result["history"]] == list(range(steps))
+    np.testing.assert_allclose(result["weights"], _replayed(result["history"]), rtol=1e-12)
+    return result
+
+
+def test_a_crashed_rank_relaunches_the_job_from_its_last_commit(tmp_path):
+    script = _discovery(tmp_path, "localhost:3")
+    done = _run(
+        tmp_path,
+        ["-np", "3", "--host-discovery-script", script],
+        steps=30,
+        every=5,
+        ELASTIC_CRASH="0:13:2",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the job failed (exit status 3); relaunching from its last commit" in done.stderr
+    result = _result(tmp_path, 30)
+    assert {size for _, size, _ in result["history"]} == {3}
+    # Steps 0-9 ran before the last commit (at step 10), and were not run again.
+    assert [launch for _, _, launch in result["history"]] == ["0"] * 10 + ["1"] * 20
+    assert result["generation"] == 1
+    assert result["resets"] == [3]  # the reset callbacks ran in the relaunch
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "bounds"),
+    [("localhost:1", "localhost:2", ("1", "2")), ("localhost:4", "localhost:2", ("2", "4"))],
+    ids=["grow-1-to-2", "shrink-4-to-2"],
+)
+def test_new_hosts_stop_the_ranks_at_a_commit_and_relaunch_them(tmp_path, first, then, bounds):
+    before, after = (int(listing.split(":")[1]) for listing in (first, then))
+    script = _discovery(tmp_path, first)
+    done = _run(
+        tmp_path,
+        ["-np", str(before), "--min-np", bounds[0], "--max-np", bounds[1]]
+        + ["--host-discovery-script", script],
+        steps=120,
+        every=5,
+        ELASTIC_HOSTS=f"0:8:{tmp_path / 'hosts'}:{then}",
+        ELASTIC_SLOW="0.05",
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"the hosts have changed ({then})" in done.stderr
+    assert "the ranks stopped at a commit for the new hosts; relaunching" in done.stderr
+    assert f"generation 1: {after} ranks on {then}" in done.stderr
+    assert "ending the job" not in done.stderr  # the ranks stopped together, none failed
+    result = _result(tmp_path, 120)
+    sizes = [size for _, size, _ in result["history"]]
+    switch = sizes.index(after)
+    assert switch > 8 and switch % 5 == 0  # at a commit after the change
+    assert sizes == [before] * switch + [after] * (120 - switch)
+    assert result["resets"] == [after]
+
+
+@pytest.mark.parametrize("mode", ["fit", "tape"])
+def test_keras_training_resumed_after_a_crash_ends_as_if_uninterrupted(tmp_path, mode):
+    """``fit`` with KerasState and the callbacks; a custom loop with TensorFlowKerasState."""
+    args = ["-np", "2", "--host-discovery-script", _discovery(tmp_path, "localhost:2")]
+    results, said = {}, {}
+    for run, crash in (("crashed", "2:3"), ("whole", "")):
+        out = tmp_path / f"{run}.npz"
+        job_env = {"KERAS_MODE": mode, "KERAS_OUT": str(out), "KERAS_CRASH": crash}
+        done = _launch_job(tmp_path, args, KERAS_JOB, 300, job_env)
+        assert done.returncode == 0, done.stderr
+        results[run], said[run] = np.load(out), done.stderr
+    crashed, whole = results["crashed"], results["whole"]
+    assert "the job failed (exit status 3); relaunching" in said["crashed"]
+    assert (int(crashed["generation"]), int(whole["generation"])) == (1, 0)
+    assert int(crashed["epoch"]) == int(whole["epoch"]) == 4
+    assert int(crashed["iterations"]) == int(whole["iterations"]) == 24  # the optimizer resumed
+    for i in range(4):  # the model's two kernels and biases
+        np.testing.assert_allclose(crashed[f"arr_{i}"], whole[f"arr_{i}"], rtol=1e-6, atol=1e-7)
+
+
+def test_the_launcher_gives_up_after_the_reset_limit_and_keeps_the_commit(tmp_path):
+    script = _discovery(tmp_path, "localhost:2")
+    state_dir = tmp_path / "commits"
+    done = _run(
+        tmp_path,
+        ["-np", "2", "--reset-limit", "1", "--elastic-state-dir", str(state_dir)]
+        + ["--host-discovery-script", script],
+        steps=30,
+        every=4,
+        ELASTIC_CRASH="*:10:1",
+        ELASTIC_TAG="a",
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("relaunching from its last commit") == 1
+    assert "the job failed 2 times, more than --reset-limit 1; giving up (exit status 3)" in (
+        done.stderr
+    )
+    assert f"its commits are in {state_dir}: pass --elastic-state-dir {state_dir}" in done.stderr
+    assert not (tmp_path / "out.json").exists()
+    # A new launch on the same directory resumes from that commit (steps 0-7).
+    done = _run(
+        tmp_path,
+        ["-np", "2", "--elastic-state-dir", str(state_dir), "--host-discovery-script", script],
+        steps=30,
+        every=4,
+        ELASTIC_TAG="b",
+    )
+    assert done.returncode == 0, done.stderr
+    result = _result(tmp_path, 30)
+    assert [launch for _, _, launch in result["history"]] == ["a0"] * 8 + ["b0"] * 22
+    assert result["generation"] == 0 and result["resets"] == []
+    assert state_dir.is_dir()  # a directory the user named stays
+
+
+def test_a_stopped_launcher_does_not_relaunch(tmp_path):
+    script = _discovery(tmp_path, "localhost:2")
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, ELASTIC_STEPS="100000", ELASTIC_COMMIT_EVERY="5")
+    env.update(ELASTIC_OUT=str(tmp_path / "out.json"), ELASTIC_SLOW="0.01")
+    argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", "--host-discovery-script"]
+    argv += [script, "--elastic-state-dir", str(tmp_path / "commits")]
+    with subprocess.Popen(
+        [*argv, sys.executable, JOB],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        time.sleep(8)  # the job is training by then
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    assert proc.returncode != 0
+    assert f"stopped (exit status {proc.returncode}); its commits are in {tmp_path}" in err
+    assert "relaunching" not in err and "generation 1" not in err
+
+
+def test_too_few_slots_time_out_with_a_clear_error(tmp_path):
+    script = _discovery(tmp_path, "localhost:1")
+    done = _run(
+        tmp_path,
+        ["-np", "2", "--elastic-timeout", "1.5", "--host-discovery-script", script],
+        steps=1,
+        every=1,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "waiting for 2 slots (--min-np); the hosts have 1" in done.stderr
+    assert re.search(
+        r"listed 1 slots, fewer than --min-np 2, for --elastic-timeout 1.5 s", (done.stderr)
+    )
+
+
+def test_a_failing_discovery_script_is_an_error_that_names_it(tmp_path):
+    script = tmp_path / "broken.sh"
+    script.write_text("#!/bin/sh\necho 'no scheduler here' >&2\nexit 4\n")
+    script.chmod(0o755)
+    done = _run(tmp_path, ["-np", "2", "--host-discovery-script", str(script)], 1, 1, timeout=60)
+    assert done.returncode == 2
+    assert f"the host discovery script {str(script)!r} exited with status 4: no scheduler here" in (
+        done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--min-np", "1"], "--min-np needs --host-discovery-script"),
+        (["--reset-limit", "2"], "--reset-limit needs --host-discovery-script"),
+        (["--host-discovery-script", "x", "-H", "a:2"], "drop -H/--hostfile"),
+        (["--host-discovery-script", "x", "--start-timeout", "5"], "--start-timeout cannot"),
+    ],
+)
+def test_elastic_options_that_do_not_fit_are_refused(tmp_path, args, message):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", *args, sys.executable, JOB]
+    done = launch(argv, 60, cwd=tmp_path, env=env)[0]
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_dry_run_prints_the_first_launch(tmp_path):
+    script = _discovery(tmp_path, "localhost:2\nother:4")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", "--max-np", "5"]
+    argv += ["--host-discovery-script", script, "--elastic-state-dir", "/data/c", "--dry-run"]
+    done = launch([*argv, "python", "train.py"], 60, cwd=tmp_path, env=env)[0]
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip()
+    assert " -np 5 " in line and "--host localhost:2,other:3" in line
+    assert "-x RINGTRAIN_ELASTIC_DIR=/data/c -x RINGTRAIN_ELASTIC_GENERATION=0" in line
+    assert line.endswith("python -m ringtrain.runner.guard --announce train.py")
+
+
+# -- the pure parts --------------------------------------------------------------------------
+
+
+def _options(**changes):
+    return elastic.Elastic(**{"script": "s", "min_np": 2, "max_np": 5, **changes})
+
+
+def test_placement_takes_slots_in_order_up_to_max_np():
+    found = [Host("a", 2), Host("b", 4), Host("c", 1)]
+    assert elastic.placement(_options(), found) == ((Host("a", 2), Host("b", 3)), 5)
+    assert elastic.placement(_options(max_np=2), found) == ((Host("a", 2),), 2)
+    assert elastic.placement(_options(), [Host("a", 1)]) is None
+    assert elastic.placement(_options(min_np=1, max_np=1), [Host("a", 1)]) == ((Host("a", 1),), 1)
+    assert elastic.placement(_options(), []) is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"min_np": 0}, "--min-np must be at least 1, not 0"),
+        ({"max_np": 1}, "--max-np 1 is less than --min-np 2"),
+        ({"slots_per_host": 0}, "--slots-per-host must be at least 1, not 0"),
+        ({"timeout": 0.0}, "--elastic-timeout must be positive, not 0"),
+        ({"reset_limit": -1}, "--reset-limit must be at least 0, not -1"),
+    ],
+)
+def test_bad_elastic_options_are_named(changes, message):
+    with pytest.raises(LaunchError, match=re.escape(message)):
+        _options(**changes)
+
+
+def test_discovered_hosts_parse_with_default_slots():
+    text = "a:2\n\n# a comment\nb\nc slots=3\n"
+    assert hosts.parse_discovered(text, "s", 4) == [Host("a", 2), Host("b", 4), Host("c", 3)]
+    assert hosts.parse_discovered("  \n", "s", 1) == []
+    with pytest.raises(HostfileError, match=r"s:2: cannot parse 'b:x'"):
+        hosts.parse_discovered("a:1\nb:x\n", "s", 1)
+    with pytest.raises(HostfileError, match=r"host 'a' is listed twice"):
+        hosts.parse_discovered("a:1\na:2\n", "s", 1)
+
+
+def test_the_elastic_launch_is_read_strictly():
+    assert settings.elastic_launch({}) == settings.ElasticLaunch(None, 0)
+    launch_env = {settings.ELASTIC_DIR: "/d", settings.ELASTIC_GENERATION: "3"}
+    assert settings.elastic_launch(launch_env) == settings.ElasticLaunch("/d", 3)
+    with pytest.raises(ValueError, match="RINGTRAIN_ELASTIC_GENERATION"):
+        settings.elastic_launch({settings.ELASTIC_GENERATION: "-1"})
+
+
+def test_commits_replace_the_file_whole(tmp_path):
+    assert commits.number(str(tmp_path), "state0") == -1
+    commits.write(str(tmp_path), "state0", 1, {"w": [1, 2]})
+    commits.write(str(tmp_path), "state0", 2, {"w": [3]})
+    assert commits.number(str(tmp_path), "state0") == 2
+    assert commits.read(str(tmp_path), "state0") == {"w": [3]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state0.commit"]
+
+
+def test_object_state_commits_copies():
+    state = ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0, history=[1], epoch=0)
+    state.history.append(2)
+    state.epoch = 1
+    state.save()
+    state.history.append(3)  # after the save: not committed
+    state.epoch = 2
+    state.restore()
+    assert (state.history, state.epoch) == ([1, 2], 1)
+    state.history.append(4)
+    state.restore()
+    assert state.history == [1, 2]  # restoring twice gives the committed value again
