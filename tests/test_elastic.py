@@ -7,7 +7,6 @@ each test replays that history in NumPy and checks that every step ran exactly o
 that the weights are what those steps give.
 """
 
-import json
 import os
 import re
 import signal
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 JOB = str(REPO / "tests/elastic/numpy_job.py")
 KERAS_JOB = str(REPO / "tests/elastic/keras_job.py")
 sys.path.insert(0, str(REPO / "tests/elastic"))
-import numpy_job  # noqa: E402 - the job's gradients, for the replay
+import replay  # noqa: E402 - next to the job it checks
 
 
 def _discovery(tmp_path, listing):
@@ -58,20 +57,8 @@ def _launch_job(tmp_path, args, job, timeout, job_env):
     return launch(argv, timeout, cwd=tmp_path, env=env)[0]
 
 
-def _replayed(history):
-    """Return the weights that ``history``'s (step, size, launch) entries give, in NumPy."""
-    weights = np.zeros(numpy_job.LENGTH)
-    for step, size, _ in history:
-        mean = np.mean([numpy_job.gradient(rank, step) for rank in range(size)], axis=0)
-        weights = weights - 0.1 * mean
-    return weights
-
-
 def _result(tmp_path, steps):
-    result = json.loads((tmp_path / "out.json").read_text())
-    assert [step for step, _, _ in result["history"]] == list(range(steps))
-    np.testing.assert_allclose(result["weights"], _replayed(result["history"]), rtol=1e-12)
-    return result
+    return replay.checked_result(tmp_path / "out.json", steps)
 
 
 def test_a_crashed_rank_relaunches_the_job_from_its_last_commit(tmp_path):
@@ -332,3 +319,22 @@ def test_object_state_commits_copies():
     state.history.append(4)
     state.restore()
     assert state.history == [1, 2]  # restoring twice gives the committed value again
+
+
+def test_a_relaunch_asks_a_failing_discovery_script_again(tmp_path, capsys):
+    calls = tmp_path / "calls"
+    script = tmp_path / "flaky.sh"
+    # Fails on its first call, prints a line that does not parse on its second.
+    script.write_text(
+        f"#!/bin/sh\necho x >> {calls}\n"
+        f'case $(wc -l < {calls}) in 1) exit 5;; 2) echo "a:b:c";; *) echo "n1:2";; esac\n'
+    )
+    script.chmod(0o755)
+    options = _options(script=str(script), timeout=30.0)
+    with pytest.raises(LaunchError, match="exited with status 5"):
+        elastic.wait_for_placement(options)  # a first launch fails at once
+    calls.unlink()
+    assert elastic.wait_for_placement(options, patient=True) == ((Host("n1", 2),), 2)
+    said = capsys.readouterr().err
+    assert "exited with status 5: (nothing on stderr); asking again" in said
+    assert "cannot parse 'a:b:c'" in said

@@ -15,8 +15,12 @@ import pytest
 from mpi_launch import launch
 from multihost import netns_cluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "elastic"))
+import replay  # noqa: E402 - next to the elastic job it checks
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests/multihost"
+ELASTIC_JOB = REPO / "tests/elastic/numpy_job.py"
 SLOTS = [2, 1, 1]
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
 
@@ -35,25 +39,26 @@ def cluster(tmp_path_factory):
         yield list(hosts), hostfile
 
 
-def _launch(cluster, *command, options=(), settings=None):
+_MPI_ARGS = [
+    *("--prtemca", "plm_ssh_agent", netns_cluster.agent()),
+    # the test hosts share this machine's cores: ranks waiting in MPI must yield them
+    *("--mca", "mpi_yield_when_idle", "1"),
+]
+
+
+def _launch(cluster, *command, options=(), settings=None, where=None, timeout=120):
     names, hostfile = cluster
-    mpi_args = [
-        *("--prtemca", "plm_ssh_agent", netns_cluster.agent()),
-        # the test hosts share this machine's cores: ranks waiting in MPI must yield them
-        *("--mca", "mpi_yield_when_idle", "1"),
-    ]
+    where = where or ["-np", str(sum(SLOTS)), "--hostfile", str(hostfile), "--start-timeout", "60"]
     runner = [
-        sys.executable, "-m", "ringtrain.runner",
-        "-np", str(sum(SLOTS)), "--hostfile", str(hostfile),
-        "--network-interface", netns_cluster.SUBNET, "--start-timeout", "60",
-        "--mpi-args", shlex.join(mpi_args), *options,
-        sys.executable, *command,
+        sys.executable, "-m", "ringtrain.runner", *where,
+        "--network-interface", netns_cluster.SUBNET, "--mpi-args", shlex.join(_MPI_ARGS),
+        *options, sys.executable, *command,
     ]  # fmt: skip
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
     env.update(settings or {})
-    return launch(netns_cluster.on_host(names[0], runner), 120, cwd=hostfile.parent, env=env)
+    return launch(netns_cluster.on_host(names[0], runner), timeout, cwd=hostfile.parent, env=env)
 
 
 @pytest.mark.parametrize(
@@ -91,3 +96,39 @@ def test_a_dead_rank_on_another_host_ends_the_job(cluster, mode, rank, message):
     assert done.returncode != 0
     assert re.search(message.format(*names), done.stderr), done.stderr
     assert took < DEADLINE
+
+
+def test_an_elastic_job_grows_onto_other_hosts_and_survives_a_crash_there(cluster, tmp_path):
+    """Grown from 2 ranks on one host to 4 on three at step 8; rank 3 dies at step 40."""
+    names, _ = cluster
+    listing, script = tmp_path / "hosts", tmp_path / "discover.sh"
+    listing.write_text(f"{names[0]}:2\n")
+    script.write_text(f"#!/bin/sh\ncat {listing}\n")
+    script.chmod(0o755)
+    grown = ",".join(f"{name}:{slots}" for name, slots in zip(names, SLOTS, strict=True))
+    done, _ = _launch(
+        cluster,
+        str(ELASTIC_JOB),
+        where=["-np", "2", "--max-np", "4", "--host-discovery-script", str(script)],
+        settings={
+            "ELASTIC_STEPS": "120",
+            "ELASTIC_COMMIT_EVERY": "5",
+            "ELASTIC_OUT": str(tmp_path / "out.json"),
+            "ELASTIC_HOSTS": f"0:8:{listing}:{grown}",
+            "ELASTIC_SLOW": "0.05",
+            "ELASTIC_CRASH": "1:40:3",
+        },
+        timeout=240,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "the ranks stopped at a commit for the new hosts; relaunching" in done.stderr
+    assert f"generation 1: 4 ranks on {grown.replace(',', ', ')}" in done.stderr
+    assert "the job failed (exit status 3); relaunching from its last commit" in done.stderr
+    result = replay.checked_result(tmp_path / "out.json", 120)
+    sizes = [size for _, size, _ in result["history"]]
+    switch = sizes.index(4)
+    assert switch > 8 and switch % 5 == 0
+    assert sizes == [2] * switch + [4] * (120 - switch)
+    launches = [launch for _, _, launch in result["history"]]
+    assert launches == ["0"] * switch + ["1"] * (40 - switch) + ["2"] * 80
+    assert result["resets"] == [4]

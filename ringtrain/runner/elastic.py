@@ -110,7 +110,7 @@ def placement(elastic: Elastic, found: list[Host]) -> tuple[tuple[Host, ...], in
 
 def first_launch(elastic: Elastic, launcher: Launcher, directory: str) -> list[str]:
     """Return the command of generation 0 on the hosts discovered now (for ``--dry-run``)."""
-    where = _wait_for_placement(elastic)
+    where = wait_for_placement(elastic)
     return launcher(*where, _launch_env(directory, 0))
 
 
@@ -126,6 +126,10 @@ def run(elastic: Elastic, launcher: Launcher) -> int:
     try:
         status = _relaunch(elastic, launcher, directory)
         return status
+    except ValueError:  # no hosts to relaunch on: LaunchError, HostfileError
+        if os.listdir(directory):
+            _say(f"cannot relaunch; {_kept(directory)}")
+        raise
     finally:
         if elastic.state_dir is None and (status == 0 or not os.listdir(directory)):
             shutil.rmtree(directory, ignore_errors=True)
@@ -134,7 +138,7 @@ def run(elastic: Elastic, launcher: Launcher) -> int:
 def _relaunch(elastic, launcher, directory):
     generation, failures = 0, 0
     while True:
-        where = _wait_for_placement(elastic)
+        where = wait_for_placement(elastic, patient=generation > 0)
         _say(f"generation {generation}: {where[1]} ranks on {_describe(where[0])}")
         argv = launcher(*where, _launch_env(directory, generation))
         status, stopped = _supervise(argv, where, elastic)
@@ -171,23 +175,35 @@ def _launch_env(directory, generation):
     return {settings.ELASTIC_DIR: directory, settings.ELASTIC_GENERATION: str(generation)}
 
 
-def _wait_for_placement(elastic):
+def wait_for_placement(elastic: Elastic, patient: bool = False) -> tuple[tuple[Host, ...], int]:
+    """Return the placement on the hosts discovered, waiting up to ``elastic.timeout``.
+
+    A discovery script that fails or prints what cannot be parsed raises at once, unless
+    ``patient`` (a relaunch): then it is asked again until the time is up.
+    """
     deadline = time.monotonic() + elastic.timeout
     said = None
     while True:
-        found = discover(elastic)
-        where = placement(elastic, found)
-        if where is not None:
-            return where
-        slots = sum(host.slots for host in found)
-        if time.monotonic() >= deadline:
-            raise LaunchError(
-                f"the host discovery script {elastic.script!r} listed {slots} slots, fewer than "
-                f"--min-np {elastic.min_np}, for --elastic-timeout {elastic.timeout:g} s"
-            )
-        if said != slots:
-            _say(f"waiting for {elastic.min_np} slots (--min-np); the hosts have {slots}")
-            said = slots
+        try:
+            found = discover(elastic)
+        except ValueError as err:  # LaunchError, HostfileError
+            if not patient or time.monotonic() >= deadline:
+                raise
+            news = f"warning: {err}; asking again"
+        else:
+            where = placement(elastic, found)
+            if where is not None:
+                return where
+            slots = sum(host.slots for host in found)
+            if time.monotonic() >= deadline:
+                raise LaunchError(
+                    f"the host discovery script {elastic.script!r} listed {slots} slots, fewer "
+                    f"than --min-np {elastic.min_np}, for --elastic-timeout {elastic.timeout:g} s"
+                )
+            news = f"waiting for {elastic.min_np} slots (--min-np); the hosts have {slots}"
+        if said != news:
+            _say(news)
+            said = news
         time.sleep(DISCOVERY_SECONDS)
 
 
@@ -213,7 +229,7 @@ def _supervise(argv, where, elastic):
                 try:
                     now = placement(elastic, discover(elastic))
                     complained = None
-                except LaunchError as err:
+                except ValueError as err:  # LaunchError, HostfileError: the job goes on
                     if str(err) != complained:
                         _say(f"warning: {err}; asking again")
                         complained = str(err)
