@@ -77,8 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     return watchdog.supervise(launch, job.num_proc, args.start_timeout, _where(job.hosts))
 
 
-_ELASTIC_ONLY = ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit")
-_ELASTIC_ONLY += ("elastic_state_dir",)
+_ELASTIC_ONLY = (
+    "min_np",
+    "max_np",
+    "slots_per_host",
+    "elastic_timeout",
+    "reset_limit",
+    "elastic_state_dir",
+)
 
 
 def _run_elastic(parser, args, command):
@@ -173,7 +179,12 @@ def _parser():
         allow_abbrev=False,
     )
     parser.add_argument(
-        "-np", "--num-proc", type=int, required=True, metavar="N", help="number of ranks"
+        "-np",
+        "--num-proc",
+        type=int,
+        required=True,
+        metavar="N",
+        help="number of ranks (in an elastic job: the default of --min-np and --max-np)",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", metavar="HOST:N,...", help="hosts and slots")
