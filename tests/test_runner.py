@@ -18,6 +18,7 @@ from ringtrain.runner.hosts import (
     HostfileError,
     check_slots,
     host_of_rank,
+    parse_discovered,
     parse_host_list,
     parse_hostfile,
 )
@@ -59,9 +60,14 @@ def test_hostfile_formats_comments_and_blank_lines(tmp_path):
 
 def test_repository_hostfile_examples_parse():
     examples = sorted((REPO / "hostfiles").iterdir())
-    assert [p.name for p in examples] == ["one-machine", "two-machines"]
+    names = ["discover-hosts.sh", "elastic-hosts", "one-machine", "two-machines"]
+    assert [p.name for p in examples] == names
     assert parse_hostfile(str(REPO / "hostfiles/one-machine")) == [Host("localhost", 4)]
     assert [h.slots for h in parse_hostfile(str(REPO / "hostfiles/two-machines"))] == [4, 4]
+    env = {k: v for k, v in os.environ.items() if k != "DISCOVER_HOSTS_FILE"}
+    script = str(REPO / "hostfiles/discover-hosts.sh")
+    listed = subprocess.run([script], env=env, capture_output=True, text=True, check=True)
+    assert parse_discovered(listed.stdout, script, 1) == [Host("localhost", 2)]
 
 
 @pytest.mark.parametrize(
