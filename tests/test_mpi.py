@@ -120,6 +120,12 @@ def test_process_sets(np):
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_withdrawals_racing_responses_free_their_names_on_every_rank(np):
+    env = {"RINGTRAIN_STALL_CHECK_SECONDS": "2", "RINGTRAIN_STALL_SHUTDOWN_SECONDS": "10"}
+    check("check_withdraw.py", np, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_other_collectives(np):
     check("check_collectives.py", np)
 

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ringtrain import api
-from ringtrain.errors import RingtrainError
+from ringtrain.errors import MismatchError, RingtrainError
 from ringtrain.tensorflow import compat
 
 _handles: dict[int, object] = {}
@@ -117,7 +117,9 @@ def synchronize_each(tokens, dtypes, describes, finishes, process_set=None):
     to each result as it comes in, so a check on the first result can fail the op before it
     waits for the others. An engine error is re-raised with ``describes[i]`` (what the tensor
     is) in front. When the op fails, the handles it did not reach are withdrawn from the
-    engine of ``process_set``, so that they cannot collide with the next call's.
+    engine of ``process_set``, so that they cannot collide with the next call's; after a
+    mismatch, which fails the op on every rank, the ranks also wait for each other's
+    withdrawals (``api.withdraw``).
     """
 
     def _wait(*token_values):
@@ -126,8 +128,11 @@ def synchronize_each(tokens, dtypes, describes, finishes, process_set=None):
         try:
             for handle, describe, finish in zip(handles, describes, finishes, strict=True):
                 results.append(_result(handle, describe, finish))
-        except BaseException:
-            api.withdraw(handles[len(results) :], process_set)
+        except BaseException as err:
+            # A mismatch fails this op on every rank: they agree that everything is withdrawn
+            # before any of them submits these names again.
+            agree = isinstance(err, MismatchError)
+            api.withdraw(handles[len(results) :], process_set, agree)
             raise
         return results
 
