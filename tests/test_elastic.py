@@ -128,6 +128,7 @@ def test_keras_training_resumed_after_crashes_ends_as_if_uninterrupted(tmp_path)
     assert said["crashed"].count("the job failed (exit status 3); relaunching") == 2
     assert (int(crashed["generation"]), int(whole["generation"])) == (2, 0)
     assert crashed["epochs"].tolist() == whole["epochs"].tolist() == [4, 4]
+    assert int(crashed["tape_steps"]) == int(whole["tape_steps"]) == 24  # a TensorFlowState
     for part in ("fit", "tape"):  # the optimizers resumed too
         assert int(crashed[f"{part}_iterations"]) == int(whole[f"{part}_iterations"]) == 24
         for i in range(4):  # the model's two kernels and biases

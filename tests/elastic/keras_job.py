@@ -5,7 +5,8 @@ Two trainings, one after the other, each with its own state and its own model:
 - ``fit``: ``model.fit`` with ``DistributedOptimizer``, ``KerasState`` and the three elastic
   callbacks, committing between epochs;
 - ``tape``: a custom loop with ``DistributedGradientTape`` and ``TensorFlowKerasState``,
-  committing every 3 batches and between epochs.
+  committing every 3 batches and between epochs; a step counter (a ``tf.Variable`` that
+  starts at 100 times the rank) is committed with it in a ``TensorFlowState``.
 
 Every rank starts from its own random weights and trains on its own data. Environment:
 KERAS_OUT (the .npz that rank 0 writes at the end), KERAS_CRASH (``part:generation:epoch:batch``
@@ -52,6 +53,8 @@ def main():
     looped = model()
     optimizer = keras.optimizers.Adam(0.01)
     tape_state = hvd_tf.elastic.TensorFlowKerasState(looped, optimizer, epoch=0, batch=0)
+    steps = tf.Variable(100 * hvd.rank(), dtype=tf.int64)
+    steps_state = hvd_tf.elastic.TensorFlowState([steps])
 
     class Crash(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -78,6 +81,11 @@ def main():
             loss = tf.reduce_mean((looped(xb) - yb) ** 2)
         grads = hvd_tf.DistributedGradientTape(tape).gradient(loss, looped.trainable_variables)
         optimizer.apply(grads, looped.trainable_variables)
+        steps.assign_add(1)
+
+    def commit_tape():
+        tape_state.commit()
+        steps_state.commit()
 
     @hvd_tf.elastic.run
     def train_tape(state):
@@ -89,13 +97,15 @@ def main():
                 step(x[b], y[b])
                 state.batch += 1
                 if state.batch % 3 == 0:
-                    state.commit()
+                    commit_tape()
             state.batch = 0
             state.epoch += 1
-            state.commit()
+            commit_tape()
 
     train_fit(fit_state)
+    hvd_tf.elastic.run(lambda state: None)(steps_state)  # resume and sync the counter
     train_tape(tape_state)
+    assert len(set(hvd.allgather_object(int(steps.numpy())))) == 1, "the counters differ"
     for net in (fitted, looped):
         check_synced(net)
     if hvd.rank() == 0:
@@ -105,6 +115,7 @@ def main():
             os.environ["KERAS_OUT"],
             fit_iterations=int(fitted.optimizer.iterations.numpy()),
             tape_iterations=int(optimizer.iterations.numpy()),
+            tape_steps=int(steps.numpy()),
             epochs=[fit_state.epoch, tape_state.epoch],
             generation=generation,
             **arrays,
