@@ -306,12 +306,15 @@ def test_the_elastic_launch_is_read_strictly():
 
 
 def test_commits_replace_the_file_whole(tmp_path):
+    assert commits.number(str(tmp_path / "elsewhere"), "state0") == -1
+    commits.write(str(tmp_path / "elsewhere"), "state0", 1, [])  # made where it is missing
+    assert commits.number(str(tmp_path / "elsewhere"), "state0") == 1
     assert commits.number(str(tmp_path), "state0") == -1
     commits.write(str(tmp_path), "state0", 1, {"w": [1, 2]})
     commits.write(str(tmp_path), "state0", 2, {"w": [3]})
     assert commits.number(str(tmp_path), "state0") == 2
     assert commits.read(str(tmp_path), "state0") == {"w": [3]}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state0.commit"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "state0.commit"]
 
 
 def test_object_state_commits_copies():

@@ -13,8 +13,10 @@ def write(directory: str, key: str, number: int, snapshot) -> None:
     """Store commit ``number`` of state ``key``: a crash mid-write leaves the one before.
 
     Ranks of several hosts may write the same file of a shared directory: each writes its own
-    temporary file first, and the last rename wins with the same content.
+    temporary file first, and the last rename wins with the same content. A host where the
+    directory does not exist yet (the launcher made it on its own host) makes it.
     """
+    os.makedirs(directory, exist_ok=True)
     path = _path(directory, key)
     temporary = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
     with open(temporary, "wb") as file:
