@@ -10,25 +10,18 @@ last epoch it committed. The data and model are those of keras_mnist.py; the lin
 ringtrain adds end in ``# ringtrain:``.
 """
 
-import argparse
 import time
 
 import keras
 import tensorflow as tf
-from keras_mnist import build_model, load
+from keras_mnist import build_model, load, training_arguments
 
 import ringtrain.tensorflow.keras as hvd  # ringtrain:
 
 
 def main():
     """Train for ``--epochs`` epochs over every launch, then report test accuracy on rank 0."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mnist", help="path to a local mnist.npz (default: sklearn digits)")
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=0.001, help="for one process")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    args = parser.parse_args()
+    args = training_arguments(__doc__.splitlines()[0]).parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
     hvd.init()  # ringtrain:

@@ -60,14 +60,20 @@ def build_model(input_shape):
     )
 
 
-def main():
-    """Train, then report test accuracy and wall time on rank 0."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def training_arguments(description):
+    """Return a parser of the data, epochs, batch, learning-rate and thread options."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--mnist", help="path to a local mnist.npz (default: sklearn digits)")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.001, help="for one process")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    return parser
+
+
+def main():
+    """Train, then report test accuracy and wall time on rank 0."""
+    parser = training_arguments(__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="save the model here each epoch")
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
