@@ -781,21 +781,22 @@ def stop_timeline() -> None:
     _the_engine().stop_timeline()
 
 
-def withdraw(handles, process_set=None, agree=False) -> None:
+def withdraw(handles, process_set=None, agree_as=None) -> None:
     """Take back submissions whose results nobody will wait for (``Engine.withdraw``).
 
-    With ``agree``, a collective for a call that failed on every rank alike: it returns
-    once every rank of ``process_set`` has withdrawn its part, so that no rank submits a
-    name again while another's earlier submission of it can still be matched with it.
+    With ``agree_as`` (a name that every rank gives alike, such as that of the tensor that
+    failed), a collective for a call that failed on every rank: it returns once every rank
+    of ``process_set`` has withdrawn its part, so that no rank submits a name again while
+    another's earlier submission of it can still be matched with it.
     """
     engine = resolve(process_set).engine  # None once stopped: then nothing is in flight
     if engine is None:
         return
     engine.withdraw(handles)
-    if agree:
+    if agree_as is not None:
         # Each rank's withdrawals reach the coordinator before this, in order on one channel.
         empty = np.zeros(0, np.uint8)
-        allreduce(empty, op=ReduceOp.Sum, name="ringtrain.withdrawn", process_set=process_set)
+        allreduce(empty, op=ReduceOp.Sum, name=agree_as, process_set=process_set)
 
 
 def synchronize(handle: Handle | GroupHandle):

@@ -129,10 +129,12 @@ def synchronize_each(tokens, dtypes, describes, finishes, process_set=None):
             for handle, describe, finish in zip(handles, describes, finishes, strict=True):
                 results.append(_result(handle, describe, finish))
         except BaseException as err:
-            # A mismatch fails this op on every rank: they agree that everything is withdrawn
-            # before any of them submits these names again.
-            agree = isinstance(err, MismatchError)
-            api.withdraw(handles[len(results) :], process_set, agree)
+            # A mismatch fails this op on every rank, at the same tensor: they agree that
+            # everything is withdrawn before any of them submits these names again.
+            agree_as = None
+            if isinstance(err, MismatchError) and len(results) < len(handles):
+                agree_as = f"{handles[len(results)].name}.withdrawn"
+            api.withdraw(handles[len(results) :], process_set, agree_as)
             raise
         return results
 

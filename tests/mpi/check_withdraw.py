@@ -1,7 +1,7 @@
 """Withdrawals that race the responses taking the same names, then the names submitted again.
 
 Every round each rank submits three tensors, waits a random moment of its own, and takes
-them back with ``api.withdraw(..., agree=True)``, as a failed training step does. A tensor
+them back with ``api.withdraw(..., agree_as=...)``, as a failed training step does. A tensor
 that the coordinator had already decided runs on every rank and must hold the right sum;
 one that was withdrawn fails with a "withdrawn" error. Then every rank submits the same
 names again at once: they must pair with each other, never with a slower rank's earlier
@@ -32,7 +32,7 @@ def body():
         names = [f"w.{k}" for k in range(3)]
         handles = [ringtrain.allreduce_async(data, name=n, op=ringtrain.Sum) for n in names]
         time.sleep(pause.choice([0, 0, 1e-5, 1e-4, 5e-4, 2e-3]))
-        api.withdraw(handles, agree=True)
+        api.withdraw(handles, agree_as=f"w.withdrawn.{i % 2}")
         for handle in handles:
             assert handle.done(), (rank, i)
             try:
