@@ -98,21 +98,20 @@ class State:
         if self._launch.directory is not None and api.local_rank() == 0:
             commits.write(self._launch.directory, self._key, self._commits, self._snapshot())
 
-    def _resume(self) -> bool:
+    def _resume(self) -> None:
         """Adopt the newest commit that any rank kept in the launch's directory (collective).
 
-        Returns False where no rank kept one.
+        Nothing changes where no rank kept one.
         """
         directory = self._launch.directory
         numbers = api.allgather_object(commits.number(directory, self._key))
         newest = max(numbers)
         if newest < 0:
-            return False
+            return
         holder = numbers.index(newest)
-        snapshot = commits.read(directory, self._key) if api.rank() == holder else None
+        snapshot = commits.read(directory, self._key) if self._rank() == holder else None
         self._adopt(api.broadcast_object(snapshot, root_rank=holder))
         self._commits = newest
-        return True
 
 
 class ObjectState(State):
