@@ -348,3 +348,39 @@ def test_a_relaunch_asks_a_failing_discovery_script_again(tmp_path, capsys):
     said = capsys.readouterr().err
     assert "exited with status 5: (nothing on stderr); asking again" in said
     assert "cannot parse 'a:b:c'" in said
+
+
+class _RecordingState:
+    """Stands in for a state in the callbacks' own logic: records what they set and commit."""
+
+    def __init__(self):
+        self.epoch, self.batch, self.log = 0, 0, []
+
+    def commit(self):
+        self.log.append((self.epoch, self.batch))
+
+
+def test_keras_callbacks_commit_between_epochs_after_the_state_is_updated():
+    keras = pytest.importorskip("keras")
+    from ringtrain.tensorflow.keras import elastic as keras_elastic
+
+    with pytest.raises(TypeError, match="batches_per_commit must be an int, not True"):
+        keras_elastic.CommitStateCallback(_RecordingState(), True)
+    with pytest.raises(ValueError, match="batches_per_commit must be >= 0, not -1"):
+        keras_elastic.CommitStateCallback(_RecordingState(), -1)
+    state = _RecordingState()
+    state.epoch = 1  # one epoch done in an earlier launch
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", loss="mse")
+    callbacks = [  # the commit first, as Horovod's examples list it
+        keras_elastic.CommitStateCallback(state, batches_per_commit=2),
+        keras_elastic.UpdateBatchStateCallback(state),
+        keras_elastic.UpdateEpochStateCallback(state),
+    ]
+    x = np.zeros((10, 2), "float32")
+    model.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=callbacks)
+    # Five batches an epoch. A commit every 2nd batch of this fit, counted across epochs,
+    # before the callbacks after it have recorded that batch; and one between epochs (and
+    # at the end), once the epoch and batch were updated.
+    assert state.log == [(1, 0), (1, 2), (2, 0), (2, 0), (2, 1), (2, 3), (3, 0)]
+    assert (state.epoch, state.batch) == (3, 0)
