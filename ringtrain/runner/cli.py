@@ -51,15 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mpirun = find_mpirun()
         flavour = detect(mpirun)
-        job = Job(
-            command=tuple(_command(command, args.start_timeout is not None)),
-            num_proc=args.num_proc,
-            hosts=_hosts(args),
-            env=tuple(sorted(_settings(args).items())),
-            network_interface=args.network_interface,
-            oversubscribe=args.oversubscribe,
-            mpi_args=tuple(shlex.split(args.mpi_args or "")),
-        )
+        command = _command(command, args.start_timeout is not None)
+        job = _job(args, command, args.num_proc, _hosts(args), _settings(args))
         launch = _BUILDERS[flavour](mpirun, job)
     except (OSError, ValueError) as err:
         print(f"ringtrain-run: error: {err}", file=sys.stderr)
@@ -93,30 +86,25 @@ def _run_elastic(parser, args, command):
     if args.start_timeout is not None:
         parser.error("--start-timeout cannot be combined with --host-discovery-script")
     try:
+        given = {  # options left out take Elastic's defaults
+            "slots_per_host": args.slots_per_host,
+            "timeout": args.elastic_timeout,
+            "reset_limit": args.reset_limit,
+            "state_dir": args.elastic_state_dir,
+        }
         options = elastic.Elastic(
             script=args.host_discovery_script,
             min_np=args.num_proc if args.min_np is None else args.min_np,
             max_np=args.num_proc if args.max_np is None else args.max_np,
-            slots_per_host=1 if args.slots_per_host is None else args.slots_per_host,
-            timeout=600.0 if args.elastic_timeout is None else args.elastic_timeout,
-            reset_limit=3 if args.reset_limit is None else args.reset_limit,
-            state_dir=args.elastic_state_dir,
+            **{name: value for name, value in given.items() if value is not None},
         )
         mpirun = find_mpirun()
         build = _BUILDERS[detect(mpirun)]
-        guarded_command = tuple(_command(command, True))
+        guarded_command = _command(command, True)
         base_env = _settings(args)
 
         def launcher(found, num_proc, launch_env):
-            job = Job(
-                command=guarded_command,
-                num_proc=num_proc,
-                hosts=found,
-                env=tuple(sorted({**base_env, **launch_env}.items())),
-                network_interface=args.network_interface,
-                oversubscribe=args.oversubscribe,
-                mpi_args=tuple(shlex.split(args.mpi_args or "")),
-            )
+            job = _job(args, guarded_command, num_proc, found, {**base_env, **launch_env})
             return build(mpirun, job)
 
         if args.dry_run:
@@ -128,6 +116,19 @@ def _run_elastic(parser, args, command):
     except (OSError, ValueError) as err:
         print(f"ringtrain-run: error: {err}", file=sys.stderr)
         return 2
+
+
+def _job(args, command, num_proc, found, env):
+    """Return the Job of ``command`` on ``num_proc`` ranks of ``found`` hosts, with ``env``."""
+    return Job(
+        command=tuple(command),
+        num_proc=num_proc,
+        hosts=found,
+        env=tuple(sorted(env.items())),
+        network_interface=args.network_interface,
+        oversubscribe=args.oversubscribe,
+        mpi_args=tuple(shlex.split(args.mpi_args or "")),
+    )
 
 
 def _command(command, announce):

@@ -24,7 +24,7 @@ class Host:
 def parse_hostfile(path: str) -> list[Host]:
     """Read an Open MPI hostfile (``host slots=N``, ``host:N`` or ``host``; ``#`` comments)."""
     with open(path, encoding="utf-8") as file:
-        lines = [line.split("#", 1)[0].strip() for line in file]
+        lines = _uncommented(file)
     return _parse_entries(path, lines, hostfile=True)
 
 
@@ -38,7 +38,7 @@ def parse_discovered(text: str, source: str, default_slots: int) -> list[Host]:
 
     A host without ``:N`` gets ``default_slots``.
     """
-    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    lines = _uncommented(text.splitlines())
     if not any(lines):
         return []
     return _parse_entries(source, lines, hostfile=True, default_slots=default_slots)
@@ -61,6 +61,11 @@ def check_slots(hosts: list[Host], num_proc: int, source: str, oversubscribe: bo
             f"{source}: -np {num_proc} is more than the {slots} slots listed; "
             "add slots or pass --oversubscribe"
         )
+
+
+def _uncommented(lines):
+    """Return ``lines`` without ``#`` comments and surrounding blanks."""
+    return [line.split("#", 1)[0].strip() for line in lines]
 
 
 def _parse_entries(source, texts, hostfile, default_slots=1):
