@@ -174,8 +174,14 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
     from ringtrain.bench.train import summarize
 
     def round_of(alone, ring, mwms, hidden, threads=1):
-        rates = {"one process": alone, "ringtrain -np 2": ring, "MWMS": mwms}
-        cpus = {"one process": {2}, "ringtrain -np 2": {1}, "MWMS": {1}}
+        # model.fit runs at 80% of each custom step's speed: its ratio, against one
+        # process's model.fit, is the custom step's.
+        fits = {"one process, fit": alone * 0.8, "ringtrain -np 2, fit": ring * 0.8}
+        rates = {"one process": alone, **fits, "ringtrain -np 2": ring, "MWMS": mwms}
+        cpus = {name: {2 if name.startswith("one") else 1} for name in rates}
+        baselines = {name: "one process" for name in rates}
+        baselines["ringtrain -np 2, fit"] = "one process, fit"
+        baselines["one process, fit"] = "one process, fit"
         # CPU ms per step by role; MWMS reported none (as where /proc is missing).
         cpu_ms = {
             "one process": {"tensorflow": 9.0, "main": 0.5, "other": 0.0},
@@ -183,6 +189,7 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
         }
         return {
             "rates": rates,
+            "baselines": baselines,
             "hidden": {"ringtrain -np 2": hidden},
             "threads": {threads},
             "cpus": cpus,
@@ -198,7 +205,11 @@ def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
         round_of(1500, 1800, 450, 0.5),
     ]
     rows = summarize("mlp", rounds, 64)
-    assert [r["contender"] for r in rows] == ["one process", "ringtrain -np 2", "MWMS"]
+    fits = ["one process, fit", "ringtrain -np 2, fit"]
+    assert [r["contender"] for r in rows] == ["one process", *fits, "ringtrain -np 2", "MWMS"]
+    assert [r["scaling_ratio"] for r in rows[1:3]] == pytest.approx([1.0, 1.3])
+    assert rows[2]["samples_per_sec"] == pytest.approx(1800 * 0.8)
+    del rows[1:3]
     ring = rows[1]
     assert ring["samples_per_sec"] == 1800
     assert ring["per_round_samples_per_sec"] == [1300, 4000, 1800]
