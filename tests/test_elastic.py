@@ -29,16 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 JOB = str(REPO / "tests/elastic/numpy_job.py")
 KERAS_JOB = str(REPO / "tests/elastic/keras_job.py")
 sys.path.insert(0, str(REPO / "tests/elastic"))
+import discovery  # noqa: E402 - next to the job it serves
 import replay  # noqa: E402 - next to the job it checks
-
-
-def _discovery(tmp_path, listing):
-    """Return a discovery script that prints the file ``hosts``, now holding ``listing``."""
-    (tmp_path / "hosts").write_text(listing.replace(",", "\n") + "\n")
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {tmp_path / 'hosts'}\n")
-    script.chmod(0o755)
-    return str(script)
 
 
 def _run(tmp_path, args, steps, every, timeout=150, **job_env):
@@ -62,7 +54,7 @@ def _result(tmp_path, steps):
 
 
 def test_a_crashed_rank_relaunches_the_job_from_its_last_commit(tmp_path):
-    script = _discovery(tmp_path, "localhost:3")
+    script = discovery.script(tmp_path, "localhost:3")
     done = _run(
         tmp_path,
         ["-np", "3", "--host-discovery-script", script],
@@ -87,7 +79,7 @@ def test_a_crashed_rank_relaunches_the_job_from_its_last_commit(tmp_path):
 )
 def test_new_hosts_stop_the_ranks_at_a_commit_and_relaunch_them(tmp_path, first, then, bounds):
     before, after = (int(listing.split(":")[1]) for listing in (first, then))
-    script = _discovery(tmp_path, first)
+    script = discovery.script(tmp_path, first)
     done = _run(
         tmp_path,
         ["-np", str(before), "--min-np", bounds[0], "--max-np", bounds[1]]
@@ -116,7 +108,7 @@ def test_keras_training_resumed_after_crashes_ends_as_if_uninterrupted(tmp_path)
     Rank 1 dies inside the third epoch of ``fit`` in the first launch, and inside the third
     epoch of the custom loop in the second.
     """
-    args = ["-np", "2", "--host-discovery-script", _discovery(tmp_path, "localhost:2")]
+    args = ["-np", "2", "--host-discovery-script", discovery.script(tmp_path, "localhost:2")]
     results, said = {}, {}
     for run, crash in (("crashed", "fit:0:2:3,tape:1:2:4"), ("whole", "")):
         out = tmp_path / f"{run}.npz"
@@ -138,7 +130,7 @@ def test_keras_training_resumed_after_crashes_ends_as_if_uninterrupted(tmp_path)
 
 
 def test_the_launcher_gives_up_after_the_reset_limit_and_keeps_the_commit(tmp_path):
-    script = _discovery(tmp_path, "localhost:2")
+    script = discovery.script(tmp_path, "localhost:2")
     state_dir = tmp_path / "commits"
     done = _run(
         tmp_path,
@@ -172,7 +164,7 @@ def test_the_launcher_gives_up_after_the_reset_limit_and_keeps_the_commit(tmp_pa
 
 
 def test_a_stopped_launcher_does_not_relaunch(tmp_path):
-    script = _discovery(tmp_path, "localhost:2")
+    script = discovery.script(tmp_path, "localhost:2")
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path, ELASTIC_STEPS="100000", ELASTIC_COMMIT_EVERY="5")
     env.update(ELASTIC_OUT=str(tmp_path / "out.json"), ELASTIC_SLOW="0.01")
@@ -200,7 +192,7 @@ def test_a_stopped_launcher_does_not_relaunch(tmp_path):
 
 
 def test_too_few_slots_time_out_with_a_clear_error(tmp_path):
-    script = _discovery(tmp_path, "localhost:1")
+    script = discovery.script(tmp_path, "localhost:1")
     done = _run(
         tmp_path,
         ["-np", "2", "--elastic-timeout", "1.5", "--host-discovery-script", script],
@@ -244,7 +236,7 @@ def test_elastic_options_that_do_not_fit_are_refused(tmp_path, args, message):
 
 
 def test_dry_run_prints_the_first_launch(tmp_path):
-    script = _discovery(tmp_path, "localhost:2\nother:4")
+    script = discovery.script(tmp_path, "localhost:2\nother:4")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", "--max-np", "5"]
     argv += ["--host-discovery-script", script, "--elastic-state-dir", "/data/c", "--dry-run"]

@@ -16,11 +16,14 @@ from mpi_launch import launch
 from multihost import netns_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "elastic"))
+import discovery  # noqa: E402 - next to the elastic job it serves
 import replay  # noqa: E402 - next to the elastic job it checks
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests/multihost"
 ELASTIC_JOB = REPO / "tests/elastic/numpy_job.py"
+# No other test's job runs beside these (tests/conftest.py), on one worker.
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("alone")]
 SLOTS = [2, 1, 1]
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
 
@@ -101,20 +104,17 @@ def test_a_dead_rank_on_another_host_ends_the_job(cluster, mode, rank, message):
 def test_an_elastic_job_grows_onto_other_hosts_and_survives_a_crash_there(cluster, tmp_path):
     """Grown from 2 ranks on one host to 4 on three at step 8; rank 3 dies at step 40."""
     names, _ = cluster
-    listing, script = tmp_path / "hosts", tmp_path / "discover.sh"
-    listing.write_text(f"{names[0]}:2\n")
-    script.write_text(f"#!/bin/sh\ncat {listing}\n")
-    script.chmod(0o755)
+    script = discovery.script(tmp_path, f"{names[0]}:2")
     grown = ",".join(f"{name}:{slots}" for name, slots in zip(names, SLOTS, strict=True))
     done, _ = _launch(
         cluster,
         str(ELASTIC_JOB),
-        where=["-np", "2", "--max-np", "4", "--host-discovery-script", str(script)],
+        where=["-np", "2", "--max-np", "4", "--host-discovery-script", script],
         settings={
             "ELASTIC_STEPS": "120",
             "ELASTIC_COMMIT_EVERY": "5",
             "ELASTIC_OUT": str(tmp_path / "out.json"),
-            "ELASTIC_HOSTS": f"0:8:{listing}:{grown}",
+            "ELASTIC_HOSTS": f"0:8:{tmp_path / 'hosts'}:{grown}",
             "ELASTIC_SLOW": "0.05",
             "ELASTIC_CRASH": "1:40:3",
         },
