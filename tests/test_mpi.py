@@ -230,7 +230,7 @@ def test_tensors_of_a_ring_chunk_or_more_go_through_the_ring_alone(tmp_path):
 
 
 def _lasting(paths, seconds=5.0):
-    """Return those of ``paths`` that still exist after ``seconds``, or once all are gone."""
+    """Return those of ``paths`` still there ``seconds`` from now (none once all are gone)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(os.path.exists(p) for p in paths):
         time.sleep(0.1)
