@@ -1,11 +1,20 @@
-"""Where this process sits: global, per-host (local) and across-host (cross) rank and size."""
+"""Where this process sits: global, per-host (local) and across-host (cross) rank and size.
 
+The hosts of a communicator are found once, by ``discover``; everything that needs them (core
+binding, the choice of transport, the hierarchical allreduce's split) asks the ``Topology``
+instead of asking MPI again.
+"""
+
+import collections
 import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
-    """Ranks and sizes of one process in its communicator, its host and across hosts."""
+    """Ranks and sizes of one process in its communicator, its host and across hosts.
+
+    ``hosts[r]`` names the host of communicator rank ``r`` by the lowest rank on it.
+    """
 
     rank: int
     size: int
@@ -13,7 +22,36 @@ class Topology:
     local_size: int
     cross_rank: int
     cross_size: int
-    homogeneous: bool  # every host runs as many ranks as this one
+    hosts: tuple[int, ...]
+
+    @property
+    def homogeneous(self) -> bool:
+        """Return True if every host runs the same number of ranks."""
+        return len(set(collections.Counter(self.hosts).values())) == 1
+
+    @property
+    def host(self) -> int:
+        """Return this process's host, named by the lowest rank on it."""
+        return self.hosts[self.rank]
+
+    @property
+    def one_host(self) -> bool:
+        """Return True if every rank runs on this process's host."""
+        return self.local_size == self.size
+
+    @property
+    def host_count(self) -> int:
+        """Return the number of hosts."""
+        return len(set(self.hosts))
+
+    @property
+    def most_per_host(self) -> int:
+        """Return the largest number of ranks that one host runs."""
+        return max(collections.Counter(self.hosts).values())
+
+    def local_ranks(self) -> list[int]:
+        """Return the communicator ranks on this process's host, in order."""
+        return [r for r, host in enumerate(self.hosts) if host == self.host]
 
 
 def discover(comm) -> Topology:
@@ -23,7 +61,7 @@ def discover(comm) -> Topology:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     cross = comm.Split(color=local.Get_rank(), key=comm.Get_rank())
     try:
-        local_sizes = comm.allgather(local.Get_size())
+        leader = local.bcast(comm.Get_rank(), root=0)
         return Topology(
             comm.Get_rank(),
             comm.Get_size(),
@@ -31,7 +69,7 @@ def discover(comm) -> Topology:
             local.Get_size(),
             cross.Get_rank(),
             cross.Get_size(),
-            len(set(local_sizes)) == 1,
+            tuple(comm.allgather(leader)),
         )
     finally:
         local.Free()

@@ -60,12 +60,10 @@ class Engine:
         self._data = comm.Dup()
         # How the ring runs must match on every rank: rank 0's settings win.
         hierarchical = settings.hierarchical_allreduce
-        most_per_host = self._ctrl.allreduce(topology.local_size, op=MPI.MAX)
         if hierarchical is None:
             # Measured (docs/benchmarks.md): splitting by host wins across slow links between
-            # hosts, and loses to the flat ring within one host. On rank 0, which decides,
-            # cross_size is the number of hosts.
-            hierarchical = topology.cross_size > 1 and most_per_host > 1
+            # hosts, and loses to the flat ring within one host.
+            hierarchical = topology.host_count > 1 and topology.most_per_host > 1
         chunk_bytes, shared_bytes, result_bytes, hierarchical = self._ctrl.bcast(
             (
                 settings.ring_chunk_bytes,
@@ -77,9 +75,11 @@ class Engine:
         )
         self._pool = BufferPool()
         if hierarchical:
-            self.ring = HierarchicalRing(self._data, chunk_bytes, self._pool)
+            self.ring = HierarchicalRing(self._data, topology, chunk_bytes, self._pool)
         else:
-            self.ring = Ring(self._data, chunk_bytes, self._pool, shared_bytes, result_bytes)
+            self.ring = Ring(
+                self._data, chunk_bytes, self._pool, shared_bytes, result_bytes, topology.one_host
+            )
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.ring, self._data, self._pool, self._timeline, chunk_bytes)

@@ -41,7 +41,8 @@ ATTACH_ABOVE_BYTES = 2 << 20
 class Ring:
     """The ring collectives of one rank over ``comm`` (a private communicator).
 
-    Built collectively over ``comm``. With ``shared_bytes`` and every rank on one host, calls
+    Built collectively over ``comm``. With ``shared_bytes`` and ``one_host`` (every rank of
+    ``comm`` on one host: ``Topology.one_host``, the same on every rank), calls
     of up to that many bytes go through shared memory (``ringtrain.ring.shared``), and
     ``result_bytes`` of it can hold results that the ranks share (``allreduce_new``); host
     calls of more than ``ATTACH_ABOVE_BYTES`` (where the host has a core for every rank),
@@ -56,6 +57,7 @@ class Ring:
         pool: BufferPool | None = None,
         shared_bytes: int = 0,
         result_bytes: int = 0,
+        one_host: bool = False,
     ):
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -67,7 +69,7 @@ class Ring:
         self.shared = None
         self.attach = None
         self._attach_above = None  # bytes above which calls that fit the regions read in place
-        if shared_bytes > 0 and self.size > 1 and _one_host(comm):
+        if shared_bytes > 0 and self.size > 1 and one_host:
             regions = SharedRegions(comm, shared_bytes, result_bytes)
             if regions.available:
                 self.shared = SharedRing(comm, regions)
@@ -200,12 +202,3 @@ def _host_contiguous(array) -> bool:
 def _even_bounds(length, size):
     """Return ``schedule.segment_bounds(length, size)``, kept for the lengths seen lately."""
     return tuple(schedule.segment_bounds(length, size))
-
-
-def _one_host(comm) -> bool:
-    """Return True on every rank if all of ``comm`` shares one host (collective)."""
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return local.Get_size() == comm.Get_size()
-    finally:
-        local.Free()

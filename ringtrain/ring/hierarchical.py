@@ -23,9 +23,9 @@ _MPI_OPS = {
 class HierarchicalRing:
     """Ring collectives of one rank, with allreduce split by host; see the module docstring."""
 
-    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool):
+    def __init__(self, comm: MPI.Comm, topology, chunk_bytes: int, pool):
         self.flat = Ring(comm, chunk_bytes, pool)
-        self._local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        self._local = comm.Split(color=topology.host, key=comm.Get_rank())
         is_leader = self._local.Get_rank() == 0
         cross = comm.Split(0 if is_leader else MPI.UNDEFINED, key=comm.Get_rank())
         self._across = Ring(cross, chunk_bytes, pool) if is_leader else None
