@@ -25,8 +25,8 @@ from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.kernels import is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
 from ringtrain.process_sets import ProcessSet, global_process_set, resolve
-from ringtrain.ring.schedule import segment_bounds
 from ringtrain.topology import Topology
+from ringtrain.transport.schedule import segment_bounds
 
 _SUPPORTED = frozenset(SUPPORTED)
 _engine = None  # the Engine between init() and shutdown()

@@ -8,7 +8,7 @@ class ReduceOp(enum.IntEnum):
 
     Average = 0
     Sum = 1
-    Adasum = 2  # allreduce of floating-point tensors only (ringtrain.engine.adasum)
+    Adasum = 2  # allreduce of floating-point tensors only (ringtrain.transport.adasum)
     Min = 3
     Max = 4
     Product = 5

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from ringtrain.ring import attach
+from ringtrain.transport import attach
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="process_vm_readv is Linux's"

@@ -6,7 +6,7 @@ import time
 import numba
 import numpy as np
 
-from ringtrain.ring import flags
+from ringtrain.transport import flags
 
 
 def test_each_flag_has_its_own_cache_line():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ringtrain.ring import schedule
+from ringtrain.transport import schedule
 
 
 @pytest.mark.parametrize("length", [0, 1, 5, 7, 64, 1001])

@@ -5,7 +5,7 @@ import mmap
 
 import numpy as np
 
-from ringtrain.ring.results import SharedResults
+from ringtrain.transport.results import SharedResults
 
 
 def _area(nbytes=1024):

@@ -34,8 +34,7 @@ from ringtrain.errors import (
     RingtrainError,
     StallError,
 )
-from ringtrain.ring.collective import Ring
-from ringtrain.ring.hierarchical import HierarchicalRing
+from ringtrain.transport.router import Transport
 
 _TAG_REQUEST = 11
 _TAG_RESPONSE = 12
@@ -58,31 +57,11 @@ class Engine:
         self.size = comm.Get_size()
         self._ctrl = comm.Dup()
         self._data = comm.Dup()
-        # How the ring runs must match on every rank: rank 0's settings win.
-        hierarchical = settings.hierarchical_allreduce
-        if hierarchical is None:
-            # Measured (docs/benchmarks.md): splitting by host wins across slow links between
-            # hosts, and loses to the flat ring within one host.
-            hierarchical = topology.host_count > 1 and topology.most_per_host > 1
-        chunk_bytes, shared_bytes, result_bytes, hierarchical = self._ctrl.bcast(
-            (
-                settings.ring_chunk_bytes,
-                settings.shared_memory_bytes,
-                settings.shared_result_bytes,
-                hierarchical,
-            ),
-            root=0,
-        )
         self._pool = BufferPool()
-        if hierarchical:
-            self.ring = HierarchicalRing(self._data, topology, chunk_bytes, self._pool)
-        else:
-            self.ring = Ring(
-                self._data, chunk_bytes, self._pool, shared_bytes, result_bytes, topology.one_host
-            )
+        self.transport = Transport(self._data, topology, settings, self._pool)
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
-        self._executor = Executor(self.ring, self._data, self._pool, self._timeline, chunk_bytes)
+        self._executor = Executor(self.transport, self._pool, self._timeline)
         self._coordinator = None
         if self.rank == 0:
             stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)
@@ -195,8 +174,7 @@ class Engine:
         self._thread.join()
         # Every control message has been matched (see _finish), so this cannot block long.
         MPI.Request.Waitall(self._sends)
-        if isinstance(self.ring, HierarchicalRing):
-            self.ring.free()
+        self.transport.free()
         self._ctrl.Free()
         self._data.Free()
         self.stop_timeline()

@@ -1,20 +1,19 @@
-"""Carries out the coordinator's responses on one rank: fusion, ring, MPI collectives."""
+"""Carries out the coordinator's responses on one rank, moving data only through its transport."""
 
 import functools
 import math
 
 import numpy as np
-from mpi4py import MPI
 
 from ringtrain import kernels
 from ringtrain.buffers import ALIGNMENT, ResultPool, aligned_empty
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
-from ringtrain.engine.adasum import adasum
 from ringtrain.engine.messages import member_shapes
 from ringtrain.ops import ReduceOp
-from ringtrain.ring.schedule import segment_bounds
+from ringtrain.transport.messages import displacements
+from ringtrain.transport.schedule import segment_bounds
 
 _CPU = kernels.backend_for(np.empty(0))
 
@@ -37,19 +36,18 @@ def _as_bytes(array):
 
 
 class Executor:
-    """Runs responses on ``rank`` with the ring over ``data`` (a private communicator).
+    """Runs responses on one rank, moving data through ``transport`` (``router.Transport``).
 
-    Host tensors of at least ``direct_bytes`` skip the fusion buffer (see ``_allreduce``).
+    Host tensors of at least a ring chunk skip the fusion buffer (see ``_allreduce``).
     """
 
-    def __init__(self, ring, data, pool, timeline, direct_bytes):
-        self.ring = ring
-        self.data = data
-        self.rank = data.Get_rank()
-        self.size = data.Get_size()
+    def __init__(self, transport, pool, timeline):
+        self.transport = transport
+        self.rank = transport.rank
+        self.size = transport.size
         self._pool = pool
         self._results = ResultPool()
-        self._direct = direct_bytes
+        self._direct = transport.chunk_bytes
         self.timeline = timeline  # where spans go, or None; the engine may swap it
         self._run = {
             messages.ALLREDUCE: self._allreduce,
@@ -165,7 +163,7 @@ class Executor:
                 count, wire = math.prod(shape), reduction_dtype(dtype)
                 vector = self._pool.get("adasum", count, wire)
                 np.multiply(array.reshape(-1), meta.prescale, out=vector)
-                adasum(self.data, vector, self._pool.get("adasum.peer", count, wire))
+                self.transport.adasum(vector, self._pool.get("adasum.peer", count, wire))
                 result = out if out is not None else self._results.empty(shape, dtype)
                 np.multiply(vector, meta.postscale, out=result.reshape(-1), casting="unsafe")
                 self._span([meta.name], "ADASUM", start, tl.now_ns())
@@ -202,9 +200,9 @@ class Executor:
         packed = tl.now_ns()
         if out is not None:
             result = out
-            reduced = self.ring.allreduce(source, out.reshape(-1), op, postscale)
+            reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale)
         else:
-            flat, reduced = self.ring.allreduce_new(
+            flat, reduced = self.transport.allreduce_new(
                 source, op, postscale, self._new_result(wire), read_only
             )
             result = flat.reshape(shape)
@@ -247,7 +245,7 @@ class Executor:
         if backend is _CPU and dtype == wire:
             # The ring writes straight into one new array whose slices are the results: no
             # copy out of the fusion buffer.
-            result, reduced = self.ring.allreduce_new(
+            result, reduced = self.transport.allreduce_new(
                 host, op, postscale, self._new_result(wire), read_only
             )
             gathered = tl.now_ns()
@@ -256,7 +254,7 @@ class Executor:
                 for (_, _, shape, _, out), off in here
             ]
         else:
-            reduced = self.ring.allreduce(host, host, op, postscale)
+            reduced = self.transport.allreduce(host, host, op, postscale)
             gathered = tl.now_ns()
             if staged:
                 backend.to_device(host, staging)
@@ -287,9 +285,9 @@ class Executor:
             rows = [m.shape[0] if m is not None else 0 for m in per_rank]
             out = aligned_empty((sum(rows), *meta.shape[1:]), dtype)
             counts = [n * row_bytes for n in rows]
-            displs = _displacements(counts)
+            displs = displacements(counts)
             send = _as_bytes(request.array) if request is not None else np.empty(0, np.uint8)
-            self.data.Allgatherv([send, MPI.BYTE], [_as_bytes(out), (counts, displs), MPI.BYTE])
+            self.transport.allgatherv(send, _as_bytes(out), counts, displs)
             self._span([meta.name], tl.ALLGATHER, start, tl.now_ns())
             results.append(out if request is not None else None)
         return results
@@ -304,7 +302,7 @@ class Executor:
             out = aligned_empty(meta.shape, dtype)
             if self.rank == meta.root:
                 out[...] = request.array
-        self.data.Bcast([_as_bytes(out), MPI.BYTE], root=meta.root)
+        self.transport.broadcast(_as_bytes(out), meta.root)
         self._span([meta.name], "BROADCAST", start, tl.now_ns())
         return [out if request is not None else None]
 
@@ -317,10 +315,7 @@ class Executor:
         got_rows = [m.splits[self.rank] for m in per_rank]
         got = [n * row_bytes for n in got_rows]
         out = aligned_empty((sum(got_rows), *meta.shape[1:]), dtype)
-        self.data.Alltoallv(
-            [_as_bytes(request.array), (sent, _displacements(sent)), MPI.BYTE],
-            [_as_bytes(out), (got, _displacements(got)), MPI.BYTE],
-        )
+        self.transport.alltoallv(_as_bytes(request.array), sent, _as_bytes(out), got)
         self._span([meta.name], "ALLTOALL", start, tl.now_ns())
         return [out]
 
@@ -336,7 +331,7 @@ class Executor:
         buf = self._pool.get("fusion", math.prod(meta.shape), wire)
         _CPU.pack([request.array], buf, [0], meta.prescale)
         packed = tl.now_ns()
-        self.ring.reduce_scatter(buf, buf, op, postscale, bounds)
+        self.transport.reduce_scatter(buf, buf, op, postscale, bounds)
         reduced = tl.now_ns()
         lo, hi = bounds[self.rank]
         first, last = row_bounds[self.rank]
@@ -408,9 +403,4 @@ def _deliver(result, out):
 def _aligned_displacements(sizes, itemsize):
     """Return start offsets for ``sizes`` laid end to end, each rounded up to ALIGNMENT bytes."""
     step = max(ALIGNMENT // itemsize, 1)
-    return _displacements([-(-size // step) * step for size in sizes])
-
-
-def _displacements(counts):
-    """Return the start offset of each count when the counts are laid end to end."""
-    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64).tolist()
+    return displacements([-(-size // step) * step for size in sizes])

@@ -17,7 +17,7 @@ def body():
     # shared memory.
     shared_on = os.environ.get("RINGTRAIN_SHARED_MEMORY_BYTES") != "0"
     flat = os.environ.get("RINGTRAIN_HIERARCHICAL_ALLREDUCE") != "1"
-    uses_shared = getattr(ringtrain.api._engine.ring, "shared", None) is not None
+    uses_shared = ringtrain.api._engine.transport.capabilities.shared_bytes > 0
     assert uses_shared == (shared_on and flat and n > 1), f"shared memory in use: {uses_shared}"
     for dtype in DTYPES:
         for op in OPS:

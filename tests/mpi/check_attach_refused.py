@@ -8,12 +8,11 @@ find that on every rank, and calls beyond the shared-memory regions must still r
 import ctypes
 
 import numpy as np
-from common import assert_equal, expected, main, rank_data
+from common import assert_equal, expected, main, rank_data, transport
 from mpi4py import MPI
 
 import ringtrain
-from ringtrain.ring.attach import PIECE_BYTES
-from ringtrain.ring.collective import Ring
+from ringtrain.transport.attach import PIECE_BYTES
 
 _PR_SET_DUMPABLE = 4
 
@@ -24,7 +23,7 @@ def body():
     if r == n - 1 and ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0):
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
     # Calls of more than 16 bytes would read peers' buffers in place, were it allowed.
-    ring = Ring(comm, 1 << 20, shared_bytes=16, one_host=True)
+    ring = transport(comm, shared_memory_bytes=16, shared_result_bytes=0)
     assert ring.shared is not None, "the shared-memory regions should still be there"
     assert ring.attach is None, f"rank {r}: the probe missed that rank {n - 1} is unreadable"
     for salt, length in enumerate([5, 1025, 3 * PIECE_BYTES // 4 + 13]):

@@ -10,20 +10,27 @@ read-only in the shared result area where every rank asks for one.
 import time
 
 import numpy as np
-from common import OPS, assert_equal, expected, main, rank_data, same_bits_everywhere
+from common import (
+    OPS,
+    assert_equal,
+    expected,
+    main,
+    rank_data,
+    same_bits_everywhere,
+    transport,
+)
 from mpi4py import MPI
 
 import ringtrain
-from ringtrain.ring.attach import PIECE_BYTES
-from ringtrain.ring.collective import Ring
-from ringtrain.ring.schedule import segment_bounds
+from ringtrain.transport.attach import PIECE_BYTES
+from ringtrain.transport.schedule import segment_bounds
 
 
 def body():
     comm = MPI.COMM_WORLD.Dup()
     r, n = comm.Get_rank(), comm.Get_size()
     # Calls of more than 16 bytes take the attach ring; those of up to 16, shared memory.
-    ring = Ring(comm, 1 << 20, shared_bytes=16, one_host=True)
+    ring = transport(comm, shared_memory_bytes=16, shared_result_bytes=0)
     if n == 1:
         assert ring.attach is None  # one rank has no one to read
         comm.Free()
@@ -67,7 +74,7 @@ def body():
 def new_results(comm, r, n, uneven):
     """Check new results: read-only in the result area where every rank asks, and intact."""
     area = 1 << 20
-    ring = Ring(comm, 1 << 20, shared_bytes=16, result_bytes=area, one_host=True)
+    ring = transport(comm, shared_memory_bytes=16, shared_result_bytes=area)
     held, shared_count = [], 0
     for salt, length in enumerate([1, 7, 1025, 10_007, area // 8 + 3, uneven]):
         for dtype in (np.float32, np.int64, np.float64):

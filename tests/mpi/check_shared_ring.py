@@ -13,8 +13,8 @@ from common import assert_equal, expected, main, rank_data
 from mpi4py import MPI
 
 import ringtrain
-from ringtrain.ring.schedule import segment_bounds
-from ringtrain.ring.shared import SharedRegions, SharedRing
+from ringtrain.transport.schedule import segment_bounds
+from ringtrain.transport.shared import SharedRegions, SharedRing
 
 
 def body():

@@ -7,6 +7,10 @@ import ml_dtypes
 import numpy as np
 
 import ringtrain
+from ringtrain import settings
+from ringtrain.buffers import BufferPool
+from ringtrain.topology import discover
+from ringtrain.transport.router import Transport
 
 DTYPES = [
     np.uint8, np.int8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16, np.float32,
@@ -105,6 +109,11 @@ def same_bits_everywhere(array, what):
     digest = np.ascontiguousarray(array).view(np.uint8).tobytes()
     everyone = MPI.COMM_WORLD.allgather(digest)
     assert all(d == everyone[0] for d in everyone), f"{what}: ranks hold different bits"
+
+
+def transport(comm, **overrides):
+    """Return a ``Transport`` over ``comm`` (collective) with settings ``overrides``."""
+    return Transport(comm, discover(comm), settings.read(**overrides), BufferPool())
 
 
 def main(body):

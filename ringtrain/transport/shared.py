@@ -8,7 +8,7 @@ allgather every rank then copies each finished segment from the region of the ra
 finished it.
 
 No barrier orders the ranks. Each rank works in chunks of ``CHUNK_BYTES`` and publishes,
-after each, how much of the call it has written (``ringtrain.ring.flags``); a rank that
+after each, how much of the call it has written (``ringtrain.transport.flags``); a rank that
 needs a chunk of another's waits until that rank's count covers it. So a neighbour reduces a
 chunk while it is still in a cache, and the ranks' steps overlap.
 
@@ -17,7 +17,7 @@ every rank has finished the call before the last, so it cannot overwrite data th
 rank still reads in the half it reuses. (The calls alone do not hold it back: a rank whose
 share of a reduce-scatter is empty waits for no one.)
 
-An allreduce may also leave its result in the file's result area (``ringtrain.ring.results``),
+An allreduce may also leave its result in the file's result area (``ringtrain.transport.results``),
 where every rank writes its finished segment and then reads the whole result in place: no
 allgather copies. It does so when every rank asked for a new, read-only result and holds
 nothing at the call's place; each rank writes its vote beside the regions before it
@@ -40,8 +40,8 @@ from mpi4py import MPI
 from ringtrain import kernels
 from ringtrain.buffers import aligned_size
 from ringtrain.kernels.cpu import copy_elements, njit, reduce_elements
-from ringtrain.ring import schedule
-from ringtrain.ring.flags import (
+from ringtrain.transport import schedule
+from ringtrain.transport.flags import (
     flag_words,
     follow,
     publish,
@@ -51,7 +51,7 @@ from ringtrain.ring.flags import (
     wait_until,
     waiting,
 )
-from ringtrain.ring.results import SharedResults
+from ringtrain.transport.results import SharedResults
 
 _DIRECTORY = "/dev/shm"
 # A rank publishes its part of a call in chunks of this many bytes, so its neighbour reads
@@ -112,7 +112,7 @@ class SharedRegions:
         self._tables = {}  # dtype -> every region as one row of that dtype
         self.votes = None  # [half, rank]: 1 where that rank may take the call's result place
         # Each rank's progress (flag rank), finished calls (size + rank), and how far it has
-        # read its left neighbour's buffers (2 size + rank; ``ringtrain.ring.attach``).
+        # read its left neighbour's buffers (2 size + rank; ``ringtrain.transport.attach``).
         self.flags = None
         self.addresses = None  # [rank]: its input's and its result's address in its process
         self.results = None
@@ -189,17 +189,13 @@ class SharedRing:
         # Per rank, the segments it outputs in order (the first one is copied in).
         self._orders = np.array(schedule.outputs(self.size), np.int64)
 
-    def fits(self, count: int, dtype) -> bool:
-        """Return True if ``count`` elements of ``dtype`` fit a region."""
-        return count * np.dtype(dtype).itemsize <= self._regions.capacity
-
     def take_call(self) -> int:
-        """Return the number of the call about to start (shared with ``ringtrain.ring.attach``)."""
+        """Return the number of the call about to start (the attach ring numbers them too)."""
         call, self._calls = self._calls, self._calls + 1
         return call
 
     def run(self, src, dst, op, postscale, bounds, allgather, new=None, read_only=False):
-        """Reduce ``src`` into ``dst`` as ``Ring`` does; return the result and its time.
+        """Reduce ``src`` into ``dst`` as ``Transport.allreduce`` does; return it and the time.
 
         The time is when the reduce-scatter ended. ``dst[bounds[rank]]`` gets this rank's
         reduced segment; with ``allgather``, every segment. ``src`` may be ``dst``. With

@@ -9,7 +9,7 @@ buffer of the rank that finished it, straight into its result. That is one copy 
 with no message protocol and no copy through shared memory.
 
 The ranks order themselves with the progress flags of the shared-memory ring
-(``ringtrain.ring.flags``), in the same file. At the start of a call each rank writes the
+(``ringtrain.transport.flags``), in the same file. At the start of a call each rank writes the
 addresses of its input and result beside the flags, then publishes that it has begun; after
 each piece it publishes how far it has got, and how far it has read its left neighbour:
 
@@ -42,8 +42,8 @@ from numba.core import types
 
 from ringtrain import kernels
 from ringtrain.kernels.cpu import njit, reduce_elements
-from ringtrain.ring import schedule
-from ringtrain.ring.flags import (
+from ringtrain.transport import schedule
+from ringtrain.transport.flags import (
     DONE,
     follow,
     publish,
@@ -53,7 +53,7 @@ from ringtrain.ring.flags import (
     wait_until,
     waiting,
 )
-from ringtrain.ring.shared import SharedRegions, limits_of
+from ringtrain.transport.shared import SharedRegions, limits_of
 
 _PROBE = 0x5249_4E47_0000_0000  # "RING": a rank's probe word holds this plus its rank
 # A rank reads and reduces pieces of this many bytes: small enough that a piece and its
@@ -119,7 +119,7 @@ class AttachRing:
 
     Build it with ``create``, which checks that every rank may read every other. Progress
     is counted in pieces (of ``PIECE_BYTES``), below the call number in a flag (see
-    ``SharedRing``); ``fits`` says which calls have few enough pieces for that.
+    ``SharedRing``); ``limit_bytes`` says which calls have few enough pieces for that.
     """
 
     def __init__(self, comm, regions: SharedRegions, pids, pool):
@@ -159,13 +159,17 @@ class AttachRing:
             return None
         return cls(comm, regions, [pid for pid, _ in pids], pool)
 
-    def fits(self, count: int, itemsize: int) -> bool:
-        """Return True if ``count`` elements of ``itemsize`` bytes make few enough pieces."""
-        pieces = count * itemsize // PIECE_BYTES + self.size
-        return pieces + 1 < 1 << self._shift  # one more: a call's first count is its vote
+    @property
+    def limit_bytes(self) -> int:
+        """Return the bytes below which a call makes few enough pieces for the flags.
+
+        A call's pieces, one per rank more, and one more for its vote, must stay below
+        ``1 << shift``.
+        """
+        return ((1 << self._shift) - self.size - 1) * PIECE_BYTES
 
     def run(self, src, dst, op, postscale, bounds, allgather, call, new=None, read_only=False):
-        """Reduce host array ``src`` into ``dst`` as ``Ring`` does; return the result and time.
+        """Reduce host array ``src`` into ``dst`` like ``Transport.allreduce``; return it, time.
 
         The time is when the reduce-scatter ended (``perf_counter_ns``). ``call`` numbers
         the calls that share the flags with the shared-memory ring. With ``dst`` None (an

@@ -1,0 +1,87 @@
+"""Which transport carries a collective: a pure function of the call and what the job has.
+
+Measured (docs/benchmarks.md), the rules are:
+
+- Nothing to exchange (one rank, or no bytes): the call stays local.
+- Allreduce across hosts when some host runs several ranks (``hierarchical``): reduce within
+  each host, ring across the hosts, broadcast within each host. Splitting by host wins
+  across slow links between hosts, and loses to the flat ring within one host.
+- Every rank on one host, with shared memory: calls that fit the shared-memory regions go
+  through them (``SHARED``), except host calls of more than ``ATTACH_ABOVE_BYTES`` where
+  every rank has a core of its own and peers may read each other's memory: those read
+  peers' buffers in place (``ATTACH``). Through the engine at -np 2 on 2 cores that ring
+  was 10% faster at 3 MiB and 17% at 4 MiB, level at 2 MiB, and slower at 1 MiB, where the
+  ranks' skew costs it more; at -np 4 on 2 cores it was 8-24% slower at 3 and 4 MiB, since
+  it waits for every rank at the end of a call. Calls too large for the regions take the
+  attach ring wherever it can carry them.
+- Everything else, and allgather, broadcast, alltoall and Adasum always: MPI messages.
+"""
+
+import dataclasses
+import enum
+
+ATTACH_ABOVE_BYTES = 2 << 20
+
+
+class Collective(enum.Enum):
+    """The collectives that the engine asks a transport for."""
+
+    ALLREDUCE = "allreduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALLGATHER = "allgather"
+    BROADCAST = "broadcast"
+    ALLTOALL = "alltoall"
+    ADASUM = "adasum"
+
+
+class Route(enum.Enum):
+    """The transports a collective can take."""
+
+    LOCAL = "local"  # nothing crosses a process boundary
+    MESSAGES = "messages"  # ringtrain.transport.messages
+    SHARED = "shared"  # ringtrain.transport.shared
+    ATTACH = "attach"  # ringtrain.transport.attach
+    HIERARCHICAL = "hierarchical"  # ringtrain.transport.hierarchical
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What one rank's transports can do; the same on every rank of a communicator.
+
+    ``shared_bytes``: the largest call the shared-memory regions take (0: no regions).
+    ``attach_below``: calls of fewer bytes fit the attach ring (0: no attach ring).
+    ``core_each``: every rank of the host has a core of its own.
+    ``hierarchical``: allreduce splits by host.
+    """
+
+    size: int
+    shared_bytes: int = 0
+    attach_below: int = 0
+    core_each: bool = False
+    hierarchical: bool = False
+
+
+def hierarchical_wanted(setting: bool | None, host_count: int, most_per_host: int) -> bool:
+    """Return whether allreduce splits by host: the setting, or by default where it pays."""
+    if setting is not None:
+        return setting
+    return host_count > 1 and most_per_host > 1
+
+
+def choose(collective: Collective, nbytes: int, host: bool, capabilities: Capabilities) -> Route:
+    """Return the route of one call of ``collective`` over ``nbytes`` (see the module docstring).
+
+    ``host``: its input, and its output where one is given, are C-contiguous host (NumPy)
+    arrays, which a peer can read by address.
+    """
+    if collective not in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
+        return Route.MESSAGES
+    if capabilities.size == 1 or nbytes == 0:
+        return Route.LOCAL
+    if capabilities.hierarchical:
+        return Route.HIERARCHICAL if collective is Collective.ALLREDUCE else Route.MESSAGES
+    attach = host and nbytes < capabilities.attach_below
+    if nbytes <= capabilities.shared_bytes:
+        if not (attach and capabilities.core_each and nbytes > ATTACH_ABOVE_BYTES):
+            return Route.SHARED
+    return Route.ATTACH if attach else Route.MESSAGES

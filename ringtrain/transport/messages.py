@@ -1,0 +1,125 @@
+"""The MPI-message transport: every collective as MPI messages over one communicator.
+
+Only buffer (uppercase) calls are used: tensor data is never pickled. The ring allreduce
+cuts each segment into chunks; a chunk is forwarded to the right neighbour as soon as it
+has been received and reduced, while the next chunks are still in flight, so sending one
+piece overlaps reducing the previous one. Receives are posted ahead into a few reused
+scratch slots. Allgather, broadcast and alltoall are MPI's own collectives on bytes, and
+Adasum runs its exchange (``ringtrain.transport.adasum``) over the same communicator.
+"""
+
+import time
+from collections import deque
+
+import numpy as np
+from mpi4py import MPI
+
+from ringtrain import kernels
+from ringtrain.buffers import BufferPool
+from ringtrain.transport import schedule
+from ringtrain.transport.adasum import adasum
+
+_TAG = 7
+_WINDOW = 4  # receives posted ahead of the one being reduced
+
+
+class MessageTransport:
+    """The collectives of one rank over ``comm`` (a private communicator), as MPI messages."""
+
+    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool: BufferPool):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.chunk_bytes = chunk_bytes
+        self._pool = pool
+        self._right = (self.rank + 1) % self.size
+        self._left = (self.rank - 1) % self.size
+
+    def ring(self, src, dst, op, postscale, bounds, allgather) -> int:
+        """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
+
+        ``dst[bounds[rank]]`` gets this rank's reduced segment; with ``allgather``, every
+        segment. Returns the ``perf_counter_ns`` time at which the reduce-scatter part ended.
+        """
+        backend = kernels.backend_for(dst)
+        steps = schedule.ring_steps(self.rank, self.size, allgather)
+        chunk = max(1, self.chunk_bytes // dst.itemsize)
+        last_reduce = self.size - 2
+        recvs = [
+            (t, lo, hi)
+            for t, step in enumerate(steps)
+            for lo, hi in schedule.chunks(*bounds[step.recv], chunk)
+        ]
+        stride = min(chunk, len(src))
+        scratch = self._pool.get("ring-scratch", _WINDOW * stride, dst.dtype)
+        comm, right, left = self.comm, self._right, self._left
+        # Sends whose source region a later allgather receive overwrites must finish before
+        # that receive is posted: reduce-scatter forwards, and the first sends when the data
+        # is reduced in place.
+        first_sends = [
+            comm.Isend(src[lo:hi], right, _TAG)
+            for lo, hi in schedule.chunks(*bounds[steps[0].send], chunk)
+        ]
+        in_place = np.may_share_memory(src, dst)
+        hazard_sends = first_sends if in_place else []
+        final_sends = [] if in_place else first_sends
+        posted = deque()
+        next_recv = 0
+
+        def post_ahead():
+            nonlocal next_recv, hazard_sends
+            while next_recv < len(recvs) and len(posted) < _WINDOW:
+                t, lo, hi = recvs[next_recv]
+                if steps[t].reduce:
+                    slot = (next_recv % _WINDOW) * stride
+                    target = scratch[slot : slot + hi - lo]
+                else:
+                    if hazard_sends:
+                        MPI.Request.Waitall(hazard_sends)
+                        hazard_sends = []
+                    target = dst[lo:hi]
+                posted.append((comm.Irecv(target, left, _TAG), t, lo, hi, target))
+                next_recv += 1
+
+        post_ahead()
+        reduce_scatter_end = time.perf_counter_ns()
+        while posted:
+            request, t, lo, hi, target = posted.popleft()
+            request.Wait()
+            if steps[t].reduce:
+                scale = postscale if t == last_reduce else 1.0
+                backend.reduce(dst[lo:hi], src[lo:hi], target, op, scale)
+                reduce_scatter_end = time.perf_counter_ns()
+            if t + 1 < len(steps):
+                sends = hazard_sends if t < last_reduce else final_sends
+                sends.append(comm.Isend(dst[lo:hi], right, _TAG))
+            post_ahead()
+        MPI.Request.Waitall(hazard_sends + final_sends)
+        return reduce_scatter_end
+
+    def allgatherv(self, send, recv, counts, displacements) -> None:
+        """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
+        self.comm.Allgatherv([send, MPI.BYTE], [recv, (counts, displacements), MPI.BYTE])
+
+    def broadcast(self, buffer, root: int) -> None:
+        """Overwrite the bytes ``buffer`` on every rank with ``root``'s."""
+        self.comm.Bcast([buffer, MPI.BYTE], root=root)
+
+    def alltoallv(self, send, sent, recv, got) -> None:
+        """Send ``sent[r]`` bytes of ``send`` to rank r, and take ``got[r]`` bytes from it.
+
+        Each side's pieces lie end to end, in rank order.
+        """
+        self.comm.Alltoallv(
+            [send, (sent, displacements(sent)), MPI.BYTE],
+            [recv, (got, displacements(got)), MPI.BYTE],
+        )
+
+    def adasum(self, vector, scratch) -> None:
+        """Combine every rank's ``vector`` by Adasum, in place; ``scratch`` is as large."""
+        adasum(self.comm, vector, scratch)
+
+
+def displacements(counts) -> list[int]:
+    """Return the start offset of each count when the counts are laid end to end."""
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64).tolist()
