@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain import settings
+from ringtrain import contract, settings
 from ringtrain.runner import cli, exports, hydra, openmpi
 from ringtrain.runner.flavour import Flavour, parse_version
-from ringtrain.runner.guard import STARTED, guarded
 from ringtrain.runner.hosts import (
     Host,
     HostfileError,
@@ -24,9 +23,10 @@ from ringtrain.runner.hosts import (
 )
 from ringtrain.runner.job import Job, LaunchError
 from ringtrain.runner.locate import find_mpirun
+from ringtrain.runner.rank_command import guarded
 
 REPO = Path(__file__).resolve().parent.parent
-GUARD = ["-m", "ringtrain.runner.guard"]
+GUARD = ["-m", "ringtrain.guard"]
 
 
 def _hostfile(tmp_path, text):
@@ -298,7 +298,7 @@ def test_guard_runs_a_script_as_python_would(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "@@ringtrain-run: rank 5 started@@\n__main__ ['a b', '-c'] sibling\n"
-    assert STARTED.fullmatch(done.stdout.splitlines()[0].encode())[1] == b"5"
+    assert contract.STARTED.fullmatch(done.stdout.splitlines()[0].encode())[1] == b"5"
 
 
 # the command line, without launching
