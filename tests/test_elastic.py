@@ -20,7 +20,7 @@ import pytest
 from mpi_launch import launch
 
 from ringtrain import contract, settings
-from ringtrain.elastic import ObjectState, commits
+from ringtrain.elastic import ObjectState, commits, notices
 from ringtrain.runner import elastic, hosts
 from ringtrain.runner.hosts import Host, HostfileError
 from ringtrain.runner.job import LaunchError
@@ -321,6 +321,21 @@ def test_object_state_commits_copies():
     state.history.append(4)
     state.restore()
     assert state.history == [1, 2]  # restoring twice gives the committed value again
+
+
+def test_the_notice_counter_counts_the_launchers_signal():
+    counter = notices.counter()
+    assert notices.counter() is counter  # one per process, as the signal's handler is
+    before = counter.received
+    previous = signal.getsignal(contract.NOTICE_SIGNAL)
+    counter.install()
+    try:
+        signal.raise_signal(contract.NOTICE_SIGNAL)  # its handler runs before this returns
+        assert counter.received == before + 1
+        signal.raise_signal(contract.NOTICE_SIGNAL)
+        assert counter.received == before + 2
+    finally:
+        signal.signal(contract.NOTICE_SIGNAL, previous)
 
 
 def test_a_relaunch_asks_a_failing_discovery_script_again(tmp_path, capsys):
