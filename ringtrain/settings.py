@@ -5,7 +5,7 @@ import math
 import os
 import warnings
 
-PREFIX = "RINGTRAIN_"
+from ringtrain.contract import ELASTIC_DIR, ELASTIC_GENERATION, PREFIX
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -106,16 +106,14 @@ _FIELDS = {
 
 _NONE_ALLOWED = frozenset(f.name for f in dataclasses.fields(Settings) if f.default is None)
 
-# What ringtrain-run's elastic mode tells each rank: not settings of its own, read below.
-ELASTIC_DIR = PREFIX + "ELASTIC_DIR"
-ELASTIC_GENERATION = PREFIX + "ELASTIC_GENERATION"
-
 
 @dataclasses.dataclass(frozen=True)
 class ElasticLaunch:
     """Where an elastic job's commits go, and how many times the job was relaunched before.
 
-    ``directory`` is None outside ``ringtrain-run``'s elastic mode: nothing is written then.
+    ``ringtrain-run``'s elastic mode gives each rank both (``contract.ELASTIC_DIR``,
+    ``contract.ELASTIC_GENERATION``): they are not settings of their own. ``directory`` is
+    None outside that mode: nothing is written then.
     """
 
     directory: str | None = None

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from mpi_launch import launch
 
-from ringtrain import settings
-from ringtrain.elastic import ObjectState, commits
+from ringtrain import contract, settings
+from ringtrain.elastic import ObjectState, commits, notices
 from ringtrain.runner import elastic, hosts
 from ringtrain.runner.hosts import Host, HostfileError
 from ringtrain.runner.job import LaunchError
@@ -245,7 +245,7 @@ def test_dry_run_prints_the_first_launch(tmp_path):
     line = done.stdout.strip()
     assert " -np 5 " in line and "--host localhost:2,other:3" in line
     assert "-x RINGTRAIN_ELASTIC_DIR=/data/c -x RINGTRAIN_ELASTIC_GENERATION=0" in line
-    assert line.endswith("python -m ringtrain.runner.guard --announce train.py")
+    assert line.endswith("python -m ringtrain.guard --announce train.py")
 
 
 # -- the pure parts --------------------------------------------------------------------------
@@ -291,10 +291,10 @@ def test_discovered_hosts_parse_with_default_slots():
 
 def test_the_elastic_launch_is_read_strictly():
     assert settings.elastic_launch({}) == settings.ElasticLaunch(None, 0)
-    launch_env = {settings.ELASTIC_DIR: "/d", settings.ELASTIC_GENERATION: "3"}
+    launch_env = {contract.ELASTIC_DIR: "/d", contract.ELASTIC_GENERATION: "3"}
     assert settings.elastic_launch(launch_env) == settings.ElasticLaunch("/d", 3)
     with pytest.raises(ValueError, match="RINGTRAIN_ELASTIC_GENERATION"):
-        settings.elastic_launch({settings.ELASTIC_GENERATION: "-1"})
+        settings.elastic_launch({contract.ELASTIC_GENERATION: "-1"})
 
 
 def test_commits_replace_the_file_whole(tmp_path):
@@ -321,6 +321,21 @@ def test_object_state_commits_copies():
     state.history.append(4)
     state.restore()
     assert state.history == [1, 2]  # restoring twice gives the committed value again
+
+
+def test_the_notice_counter_counts_the_launchers_signal():
+    counter = notices.counter()
+    assert notices.counter() is counter  # one per process, as the signal's handler is
+    before = counter.received
+    previous = signal.getsignal(contract.NOTICE_SIGNAL)
+    counter.install()
+    try:
+        signal.raise_signal(contract.NOTICE_SIGNAL)  # its handler runs before this returns
+        assert counter.received == before + 1
+        signal.raise_signal(contract.NOTICE_SIGNAL)
+        assert counter.received == before + 2
+    finally:
+        signal.signal(contract.NOTICE_SIGNAL, previous)
 
 
 def test_a_relaunch_asks_a_failing_discovery_script_again(tmp_path, capsys):

@@ -2,9 +2,8 @@
 
 import functools
 
-from ringtrain import api
+from ringtrain import api, contract
 from ringtrain.elastic.state import HostsUpdatedInterrupt
-from ringtrain.runner import notices
 
 
 def run(func):
@@ -31,6 +30,6 @@ def run(func):
             state.save()  # as the ranks have it: Horovod too goes on without a restore
             state._keep()
             api.shutdown()
-            raise SystemExit(notices.RESTART_STATUS) from None
+            raise SystemExit(contract.RESTART_STATUS) from None
 
     return wrapper

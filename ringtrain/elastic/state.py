@@ -6,9 +6,8 @@ import itertools
 import numpy as np
 
 from ringtrain import api, settings
-from ringtrain.elastic import commits
+from ringtrain.elastic import commits, notices
 from ringtrain.ops import Max
-from ringtrain.runner import notices
 
 _keys = itertools.count()
 
@@ -66,7 +65,7 @@ class State:
         """
         if self._launch.directory is None:
             return
-        count = np.array([notices.received()], np.int64)
+        count = np.array([notices.counter().received], np.int64)
         newest = int(api.allreduce(count, op=Max, name=f"elastic.{self._key}.notices")[0])
         if newest > self._notices:
             self._notices = newest

@@ -7,9 +7,9 @@ import sys
 
 from ringtrain.runner import elastic, exports, hosts, hydra, openmpi, watchdog
 from ringtrain.runner.flavour import Flavour, detect
-from ringtrain.runner.guard import guarded
 from ringtrain.runner.job import Job, LaunchError
 from ringtrain.runner.locate import find_mpirun
+from ringtrain.runner.rank_command import guarded
 
 _BUILDERS = {Flavour.OPENMPI: openmpi.build_argv, Flavour.HYDRA: hydra.build_argv}
 

@@ -8,14 +8,15 @@ is relaunched instead, and resumes from the last state its ranks committed
   job gets a rank for each slot, at most ``max_np``; while there are fewer than ``min_np``
   slots it waits, up to ``timeout`` seconds.
 - While the job runs, the launcher asks the script again every ``DISCOVERY_SECONDS``. Once
-  the answer would launch the job differently, it notifies the ranks (``notices``): they
-  stop together at their next commit, and the launcher relaunches them on the new hosts.
+  the answer would launch the job differently, it notifies the ranks
+  (``contract.NOTICE_SIGNAL``): they stop together at their next commit, and the launcher
+  relaunches them on the new hosts.
 - When the job fails (a rank crashed, a host went away), it is relaunched on the hosts found
   then, from its last commit. After ``reset_limit`` failures the launcher gives up and
   leaves the commits where they are.
 
 Each launch gets the commits' directory and its generation (0, 1, ...) in its environment
-(``ringtrain.settings.elastic_launch``).
+(``contract.ELASTIC_DIR``, ``contract.ELASTIC_GENERATION``).
 """
 
 import dataclasses
@@ -29,8 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ringtrain import settings
-from ringtrain.runner import hosts, notices, watchdog
+from ringtrain import contract
+from ringtrain.runner import hosts, watchdog
 from ringtrain.runner.hosts import Host
 from ringtrain.runner.job import LaunchError
 
@@ -147,7 +148,7 @@ def _relaunch(elastic, launcher, directory):
         if stopped:
             _say(f"stopped (exit status {status}); {_kept(directory)}")
             return status
-        if status == notices.RESTART_STATUS:
+        if status == contract.RESTART_STATUS:
             _say("the ranks stopped at a commit for the new hosts; relaunching")
         else:
             failures += 1
@@ -172,7 +173,7 @@ def _kept(directory):
 
 
 def _launch_env(directory, generation):
-    return {settings.ELASTIC_DIR: directory, settings.ELASTIC_GENERATION: str(generation)}
+    return {contract.ELASTIC_DIR: directory, contract.ELASTIC_GENERATION: str(generation)}
 
 
 def wait_for_placement(elastic: Elastic, patient: bool = False) -> tuple[tuple[Host, ...], int]:
@@ -237,7 +238,7 @@ def _supervise(argv, where, elastic):
                 if now != where and proc.poll() is None:
                     after = "too few slots" if now is None else _describe(now[0])
                     _say(f"the hosts have changed ({after}); the ranks stop at their next commit")
-                    proc.send_signal(notices.SIGNAL)
+                    proc.send_signal(contract.NOTICE_SIGNAL)
                     notified = True
             relay.join()
         finally:

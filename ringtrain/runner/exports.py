@@ -1,6 +1,6 @@
 """Turn ringtrain-run's tuning options into the ``RINGTRAIN_*`` variables that every rank gets."""
 
-from ringtrain import settings
+from ringtrain import contract, settings
 
 # option (as a keyword of settings_env) -> (Settings field, the variable's text for a value)
 _OPTIONS = {
@@ -19,7 +19,7 @@ def settings_env(environ, **options) -> dict[str, str]:
     An option that is None or False is left out, so it keeps the value from ``environ``.
     Raise ValueError naming the variable when a value is not a valid setting.
     """
-    env = {name: value for name, value in environ.items() if name.startswith(settings.PREFIX)}
+    env = {name: value for name, value in environ.items() if name.startswith(contract.PREFIX)}
     for option, value in options.items():
         field, to_text = _OPTIONS[option]
         if value is not None and value is not False:

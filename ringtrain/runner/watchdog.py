@@ -1,6 +1,6 @@
 """Watch a job start: relay mpirun's output and end the job if a rank does not start in time.
 
-Ranks say they have started through the rank guard (``guard.py --announce``), whose line
+Ranks say they have started through the rank guard (``contract.ANNOUNCE``), whose line
 comes back through mpirun's standard output; the watchdog removes those lines from what it
 relays. PRRTE's own ``--spawn-timeout`` does not cover daemons that never start (an ssh that
 hangs at a prompt, say), and prterun ignores SIGTERM and SIGINT while it waits for them, so
@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ringtrain.runner.guard import STARTED
+from ringtrain import contract
 
 TIMED_OUT = 124  # the exit status when ranks did not start in time, as timeout(1) uses
 
@@ -90,7 +90,7 @@ def _relay_lines(data, started):
     """Relay the whole lines of ``data`` but start lines, noted in ``started``; return the rest."""
     *lines, pending = data.split(b"\n")
     for line in lines:
-        found = STARTED.search(line)
+        found = contract.STARTED.search(line)
         if found:
             started.add(int(found[1]))
         else:

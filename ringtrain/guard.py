@@ -2,74 +2,44 @@
 
 Without it, a rank whose script raises runs ``MPI_Finalize`` on its way out and waits there for
 ranks that wait for it in a collective: the job hangs. ``ringtrain-run`` starts Python ranks as
-``python -m ringtrain.runner.guard script.py ...``; on an uncaught exception or a non-zero
-``sys.exit`` the guard prints which rank on which host failed and calls ``MPI_Abort``.
-With ``--announce`` first, the guard also prints a line saying that its rank has started,
-which ``ringtrain-run --start-timeout`` waits for. In an elastic launch the guard counts the
-launcher's notices of new hosts from the start (``notices``), and lets ranks that stop at a
-commit for them exit with ``notices.RESTART_STATUS`` without ending the job as failed.
+``python -m ringtrain.guard script.py ...`` (``contract.GUARD_MODULE``); on an uncaught
+exception or a non-zero ``sys.exit`` the guard prints which rank on which host failed and calls
+``MPI_Abort``. With ``--announce`` first, the guard also prints a line saying that its rank has
+started (``contract.started_line``), which ``ringtrain-run --start-timeout`` waits for. In an
+elastic launch the guard counts the launcher's notices of new hosts from the start
+(``ringtrain.elastic.notices``), and lets ranks that stop at a commit for them exit with
+``contract.RESTART_STATUS`` without ending the job as failed.
 """
 
 import os
-import re
 import runpy
 import socket
 import sys
 import time
 
-from ringtrain import settings
-from ringtrain.runner import notices
-
-_GUARD = ["-m", "ringtrain.runner.guard"]
-_ANNOUNCE = "--announce"
-_STARTED_LINE = "@@ringtrain-run: rank {} started@@"
-STARTED = re.compile(re.escape(_STARTED_LINE).replace(r"\{\}", r"(\d+)").encode())
-_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-_FLAGS = re.compile(r"-[bBdEiIOPqsSuvx]+|-[WX].+")  # interpreter options that stand alone
+from ringtrain import contract, settings
+from ringtrain.elastic import notices
 
 _FORWARD_SECONDS = 0.5  # time for the failure message to reach mpirun before the abort
-
-
-def guarded(command: list[str], announce: bool = False) -> list[str]:
-    """Return ``command`` with the guard put in front of its script, if it is a Python command.
-
-    ``python [options] script.py args``, ``python [options] -m module args`` and
-    ``python [options] -c code args`` are guarded; anything else is returned unchanged.
-    With ``announce``, each rank prints a line that ``STARTED`` matches before the script runs.
-    """
-    if not command or not _PYTHON.fullmatch(os.path.basename(command[0])):
-        return list(command)
-    index = 1
-    while index < len(command):
-        arg = command[index]
-        if arg in ("-m", "-c") or not arg.startswith("-"):
-            guard = [*_GUARD, _ANNOUNCE] if announce else _GUARD
-            return command[:index] + guard + command[index:]
-        if arg in ("-W", "-X"):
-            index += 2
-        elif _FLAGS.fullmatch(arg):
-            index += 1
-        else:
-            break
-    return list(command)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run ``script.py args``, ``-m module args`` or ``-c code args`` as Python would."""
     args = sys.argv[1:] if argv is None else argv
-    announce = args[:1] == [_ANNOUNCE]
+    announce = args[:1] == [contract.ANNOUNCE]
     if announce:
         args = args[1:]
     elastic = settings.elastic_launch().directory is not None
     if elastic:
-        notices.install()  # before the start line: the launcher notifies only started ranks
+        # Before the start line: the launcher notifies only the ranks that have started.
+        notices.counter().install()
     if announce:
-        print(_STARTED_LINE.format(_rank_from_environment()), flush=True)
+        print(contract.started_line(_rank_from_environment()), flush=True)
     try:
         _run(args)
     except SystemExit as exc:
         status = _exit_status(exc.code)
-        if not status or (elastic and status == notices.RESTART_STATUS):
+        if not status or (elastic and status == contract.RESTART_STATUS):
             raise
         if not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
@@ -82,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(args):
     if not args:
-        raise SystemExit("usage: python -m ringtrain.runner.guard script.py|-m module|-c code ...")
+        raise SystemExit(
+            f"usage: python -m {contract.GUARD_MODULE} script.py|-m module|-c code ..."
+        )
     if args[0] == "-m":
         sys.argv = args[1:]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
@@ -127,7 +99,7 @@ def _abort(status, what):
 
 
 def _rank_from_environment():
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):
+    for name in contract.RANK_VARIABLES:
         if name in os.environ:
             return os.environ[name]
     return "?"
