@@ -1,0 +1,74 @@
+"""The pure rule that picks each collective's transport, without MPI."""
+
+import pytest
+
+from ringtrain.transport.choice import (
+    ATTACH_ABOVE_BYTES,
+    Capabilities,
+    Collective,
+    Route,
+    choose,
+    hierarchical_wanted,
+)
+
+MiB = 1 << 20
+ONE_HOST = Capabilities(size=2, shared_bytes=4 * MiB, attach_below=64 * MiB, core_each=True)
+
+
+@pytest.mark.parametrize(
+    "collective",
+    [Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLTOALL, Collective.ADASUM],
+)
+def test_collectives_other_than_the_reductions_always_go_as_messages(collective):
+    for capabilities in (ONE_HOST, Capabilities(size=1), Capabilities(size=4, hierarchical=True)):
+        assert choose(collective, 0, True, capabilities) is Route.MESSAGES
+        assert choose(collective, 10 * MiB, True, capabilities) is Route.MESSAGES
+
+
+@pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.REDUCE_SCATTER])
+def test_one_rank_or_no_bytes_stays_local(collective):
+    assert choose(collective, 5 * MiB, True, Capabilities(size=1)) is Route.LOCAL
+    assert choose(collective, 0, True, ONE_HOST) is Route.LOCAL
+    assert choose(collective, 0, False, Capabilities(size=3, hierarchical=True)) is Route.LOCAL
+
+
+def test_hierarchical_takes_allreduce_and_leaves_reduce_scatter_to_the_flat_ring():
+    capabilities = Capabilities(size=4, hierarchical=True)
+    assert choose(Collective.ALLREDUCE, 1, True, capabilities) is Route.HIERARCHICAL
+    assert choose(Collective.REDUCE_SCATTER, 1, True, capabilities) is Route.MESSAGES
+
+
+@pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.REDUCE_SCATTER])
+def test_one_host_calls_take_shared_memory_then_the_attach_ring(collective):
+    assert choose(collective, 1, True, ONE_HOST) is Route.SHARED
+    assert choose(collective, ATTACH_ABOVE_BYTES, True, ONE_HOST) is Route.SHARED
+    # Above 2 MiB, with a core per rank, calls that fit the regions read peers in place.
+    assert choose(collective, ATTACH_ABOVE_BYTES + 1, True, ONE_HOST) is Route.ATTACH
+    assert choose(collective, 4 * MiB + 1, True, ONE_HOST) is Route.ATTACH
+    # Device or non-contiguous memory cannot be read by address.
+    assert choose(collective, 3 * MiB, False, ONE_HOST) is Route.SHARED
+    assert choose(collective, 5 * MiB, False, ONE_HOST) is Route.MESSAGES
+    # Too many pieces for the attach ring's flags.
+    assert choose(collective, 64 * MiB, True, ONE_HOST) is Route.MESSAGES
+    assert choose(collective, 64 * MiB - 1, True, ONE_HOST) is Route.ATTACH
+
+
+def test_ranks_that_share_cores_keep_calls_that_fit_in_shared_memory():
+    shared_cores = Capabilities(size=4, shared_bytes=4 * MiB, attach_below=64 * MiB)
+    assert choose(Collective.ALLREDUCE, 3 * MiB, True, shared_cores) is Route.SHARED
+    assert choose(Collective.ALLREDUCE, 5 * MiB, True, shared_cores) is Route.ATTACH
+
+
+def test_without_shared_memory_or_attach_everything_goes_as_messages():
+    bare = Capabilities(size=3)
+    assert choose(Collective.ALLREDUCE, 1, True, bare) is Route.MESSAGES
+    no_attach = Capabilities(size=2, shared_bytes=4 * MiB)
+    assert choose(Collective.ALLREDUCE, 3 * MiB, True, no_attach) is Route.SHARED
+    assert choose(Collective.ALLREDUCE, 5 * MiB, True, no_attach) is Route.MESSAGES
+
+
+def test_hierarchical_by_default_only_across_hosts_with_several_ranks_on_one():
+    assert hierarchical_wanted(None, 2, 2)
+    assert not hierarchical_wanted(None, 2, 1)  # one rank per host: the flat ring
+    assert not hierarchical_wanted(None, 1, 4)  # one host
+    assert hierarchical_wanted(True, 1, 4) and not hierarchical_wanted(False, 2, 2)
