@@ -8,10 +8,9 @@ it at once, so latency is not rounded up to the cycle time.
 
 The engine works in turns, and one thread at a time takes them: in a job of two ranks or
 more, a blocking call's caller takes them itself while the engine thread is between turns
-(see ``Engine.wait``).
+(``ringtrain.engine.turns`` owns that, and states its invariants).
 """
 
-import os
 import pickle
 import sys
 import threading
@@ -27,6 +26,7 @@ from ringtrain.engine.executor import Executor
 from ringtrain.engine.handle import Request
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.stall import StallInspector
+from ringtrain.engine.turns import Turns
 from ringtrain.errors import (
     DuplicateNameError,
     EngineStoppedError,
@@ -38,11 +38,6 @@ from ringtrain.transport.router import Transport
 
 _TAG_REQUEST = 11
 _TAG_RESPONSE = 12
-_FIRST_POLL = 20e-6  # seconds; the sleep grows from here while nothing happens
-# For this long after its last event the thread polls without sleeping, yielding the CPU and
-# the GIL on each turn: training submits in bursts, and a timed sleep or a wake-up costs
-# 25-130 us on a loaded machine, far more than a small message takes.
-_SPIN_SECONDS = 2e-3
 
 
 class Engine:
@@ -69,7 +64,6 @@ class Engine:
                 self.size, settings.fusion_threshold, settings.cache_capacity, stall
             )
         self._lock = threading.Lock()
-        self._wakeup = threading.Event()
         self._outbox: list[Request] = []
         self._withdrawals: list[str] = []  # names to take back from the coordinator
         self._inflight: dict[str, Request] = {}
@@ -78,13 +72,18 @@ class Engine:
         self._status = MPI.Status()  # reused by every turn's probe
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
-        # Held by whichever thread runs the engine's turns: the engine thread, or a caller
-        # waiting for its handle (see wait).
-        self._turn = threading.Lock()
         self._stopped = False  # a STOP response has been run
         self._next_stall_check = 0.0
-        self._thread = threading.Thread(target=self._main, name="ringtrain-engine", daemon=True)
-        self._thread.start()
+        self._turns = Turns(
+            self._turn_once,
+            lambda: self._stopped,
+            lambda: bool(self._inflight),
+            lambda: self._coordinator is not None and self._coordinator.pending(),
+            self._abort,
+            settings.cycle_time_ms / 1000,
+            self.size,
+        )
+        self._turns.start()
 
     def submit(self, meta, array, out=None, read_only=False, wake=True) -> Request:
         """Queue one collective; return its request, whose handle completes later.
@@ -108,8 +107,8 @@ class Engine:
         timeline = self._timeline  # read once: stop_timeline may clear it meanwhile
         if timeline is not None:
             timeline.instant(meta.name, tl.ENQUEUE, request.submitted_ns)
-        if wake and not self._wakeup.is_set():
-            self._wakeup.set()
+        if wake:
+            self._turns.wake()
         return request
 
     def withdraw(self, handles) -> None:
@@ -134,7 +133,7 @@ class Engine:
                 else:
                     self._withdrawals.append(handle.name)
                     sent.append(handle)
-        self._wakeup.set()
+        self._turns.wake()
         for handle in sent:
             # The coordinator answers every withdrawal: it confirms it, or the response that
             # had taken the tensor runs here as on every rank.
@@ -170,8 +169,7 @@ class Engine:
         """Stop every rank's engine (any rank may ask), wait for this thread, free comms."""
         with self._lock:
             self._shutdown_asked = True
-        self._wakeup.set()
-        self._thread.join()
+        self._turns.join()
         # Every control message has been matched (see _finish), so this cannot block long.
         MPI.Request.Waitall(self._sends)
         self.transport.free()
@@ -182,48 +180,11 @@ class Engine:
     def wait(self, handle):
         """Return ``handle``'s result (or raise its error) once it is in: for blocking calls.
 
-        While no other thread runs the engine's turns, the waiting thread runs them itself
-        until its handle completes. That saves a blocking call the hand-offs between threads,
-        to the engine thread and back (about 15 us of a 60 us round trip). After a while
-        without progress it leaves the turns to the engine thread again and blocks.
-
-        A single rank leaves its turns to the engine thread: there, a Ctrl-C in the caller
-        stays a ``KeyboardInterrupt`` that the engine survives, rather than ending the job
-        (an interrupt inside a caller's turn must, since it can leave a collective halfway).
+        The waiting thread may run the engine's turns itself meanwhile (``turns``).
         """
-        if self.size > 1 and not handle.done() and self._turn.acquire(blocking=False):
-            try:
-                self._drive(handle)
-            finally:
-                self._turn.release()
-            if self._inflight:
-                self._wakeup.set()
-        elif not handle.done():
-            self._wakeup.set()  # a submission made with wake=False waits for the engine thread
-        return handle.wait()
+        return self._turns.wait(handle)
 
-    def _drive(self, handle):
-        last_event = time.perf_counter()
-        while not handle.done() and not self._stopped:
-            try:
-                progressed = self._turn_once()
-            except BaseException as err:  # noqa: BLE001 - any failure mid-collective is fatal
-                name = threading.current_thread().name
-                self._abort(err, f"thread {name!r}, which waits for its call")
-            if progressed:
-                last_event = time.perf_counter()
-            elif time.perf_counter() - last_event < _SPIN_SECONDS:
-                os.sched_yield()
-            else:
-                return
-
-    # -- the engine thread -------------------------------------------------------------
-
-    def _main(self):
-        try:
-            self._loop()
-        except BaseException as err:  # noqa: BLE001 - any failure mid-collective is fatal
-            self._abort(err, "its own thread")
+    # -- the turns ---------------------------------------------------------------------
 
     def _abort(self, err, where):
         """Fail every pending handle and end the job: a rank lost mid-collective hangs the rest."""
@@ -236,37 +197,8 @@ class Engine:
         self._stop(EngineStoppedError(f"engine failed: {err!r}"))
         MPI.COMM_WORLD.Abort(1)
 
-    def _loop(self):
-        idle_sleep = self.settings.cycle_time_ms / 1000
-        busy_sleep = min(idle_sleep, 100e-6)
-        sleep = _FIRST_POLL
-        last_event = time.perf_counter()
-        while not self._stopped:
-            if not self._turn.acquire(blocking=False):
-                # A waiting caller runs the turns; it wakes this thread when it stops.
-                self._wakeup.wait(idle_sleep)
-                self._wakeup.clear()
-                continue
-            try:
-                progressed = not self._stopped and self._turn_once()
-            finally:
-                self._turn.release()
-            if progressed:
-                sleep = _FIRST_POLL
-                last_event = time.perf_counter()
-                continue
-            if time.perf_counter() - last_event < _SPIN_SECONDS:
-                os.sched_yield()  # releases the GIL; time.sleep(0) would cost ~70 us here
-                continue
-            waiting = bool(self._inflight) or (
-                self._coordinator is not None and self._coordinator.pending()
-            )
-            sleep = min(sleep * 2, busy_sleep if waiting else idle_sleep)
-            self._wakeup.wait(sleep)
-            self._wakeup.clear()
-
     def _turn_once(self) -> bool:
-        """Send new submissions, coordinate or take responses, run them; hold ``_turn``.
+        """Send new submissions, coordinate or take responses, run them (one turn).
 
         Returns True if anything happened.
         """

@@ -1,6 +1,7 @@
 """Blocking calls take the engine's turns in the caller's thread, and hand them back.
 
-Each rank records which thread ran every response (the executor is wrapped, MPI is not).
+Each rank records which thread made every transport call (the transport's method is
+wrapped, MPI is not).
 """
 
 import threading
@@ -16,16 +17,20 @@ LENGTHS = [0, 1, 7, 1000, 262_147]
 
 
 def record_threads(engine):
-    """Return {name: thread name} filled in as the engine runs each response."""
-    ran = {}
-    run = engine._executor.run
+    """Return the list of threads that run the engine's transport calls, filled in order.
 
-    def recording(response, requests):
-        for name in response.names:
-            ran[name] = threading.current_thread().name
-        return run(response, requests)
+    Every allreduce of this check takes one ``allreduce_new`` call of the engine's
+    transport (the seam), in the order the responses run.
+    """
+    ran = []
+    transport = engine.transport
+    allreduce_new = transport.allreduce_new
 
-    engine._executor.run = recording
+    def recording(*args):
+        ran.append(threading.current_thread().name)
+        return allreduce_new(*args)
+
+    transport.allreduce_new = recording
     return ran
 
 
@@ -41,7 +46,7 @@ def body():
     ran = record_threads(api._engine)
 
     # Blocking calls, every rank on time: the caller runs them itself.
-    names = []
+    names, threads = [], []
     for round_ in range(8):
         for length in LENGTHS:
             name, salt = f"b{round_}.{length}", round_ * 100 + length
@@ -51,7 +56,9 @@ def body():
             check(got, (length,), salt, name)
             same_bits_everywhere(got, name)
             names.append(name)
-    by_caller = sum(ran[name] == "MainThread" for name in names)
+            threads.append(ran[-1])
+    assert len(ran) == len(names), f"{len(ran)} transport calls for {len(names)} allreduces"
+    by_caller = threads.count("MainThread")
     print(f"rank {r}: {by_caller} of {len(names)} blocking calls ran in the caller", flush=True)
     if n == 1:  # a single rank leaves its turns to the engine thread
         assert by_caller == 0, f"{by_caller} of {len(names)} ran in the caller at one rank"
@@ -67,7 +74,7 @@ def body():
     got = ringtrain.allreduce(rank_data(r, (33,), np.float32, 7), name="late", op=ringtrain.Sum)
     check(got, (33,), 7, "late")
     if r != 0 and n > 1:
-        assert ran["late"] == "ringtrain-engine", f"'late' ran in {ran['late']}"
+        assert ran[-1] == "ringtrain-engine", f"'late' ran in {ran[-1]}"
 
     # Several threads block at once, with a group and an async call beside them: one takes
     # the turns, the others wait; every result is right.

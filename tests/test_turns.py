@@ -1,0 +1,134 @@
+"""The engine's turn-taking (``ringtrain.engine.turns``) with a plain-Python turn, no MPI.
+
+The turn here completes queued handles one per turn and records which thread ran it, and
+whether another thread was inside a turn at the same time.
+"""
+
+import threading
+import time
+
+import pytest
+
+from ringtrain.engine.handle import Handle
+from ringtrain.engine.turns import Turns
+
+
+class Work:
+    """A stand-in engine: handles queued by callers, one completed per turn."""
+
+    def __init__(self, size, fail_on=None):
+        self.queue = []
+        self.lock = threading.Lock()
+        self.inside = threading.Lock()
+        self.overlaps = 0
+        self.ran_by = {}
+        self.stopped = False
+        self.aborts = []
+        self.fail_on = fail_on
+        self.turns = Turns(
+            self.turn, lambda: self.stopped, lambda: bool(self.queue), lambda: False,
+            self.abort, 0.001, size,
+        )  # fmt: skip
+
+    def turn(self):
+        """Complete the next queued handle; return whether there was one."""
+        if not self.inside.acquire(blocking=False):
+            self.overlaps += 1  # another thread is inside a turn: the invariant broke
+            return False
+        try:
+            with self.lock:
+                handle = self.queue.pop(0) if self.queue else None
+            if handle is None:
+                return False
+            if handle.name == self.fail_on:
+                raise RuntimeError("a turn fails")
+            time.sleep(0.0002)  # a turn takes a while, so that threads would meet inside
+            self.ran_by[handle.name] = threading.current_thread().name
+            handle.complete(handle.name)
+            return True
+        finally:
+            self.inside.release()
+
+    def submit(self, name, wake=True):
+        """Queue a handle named ``name``; wake the engine thread if ``wake``."""
+        handle = Handle(name)
+        with self.lock:
+            self.queue.append(handle)
+        if wake:
+            self.turns.wake()
+        return handle
+
+    def abort(self, err, where):
+        """Record a failed turn and stop, as the engine's abort would end the job."""
+        self.aborts.append((repr(err), where))
+        self.stopped = True
+
+    def stop(self):
+        """Stop the engine thread and wait for it."""
+        self.stopped = True
+        self.turns.join()
+
+
+def test_one_thread_at_a_time_runs_turns_and_every_wait_returns_its_result():
+    work = Work(size=2)
+    work.turns.start()
+    results, errors = {}, []
+
+    def caller(t):
+        try:
+            for i in range(50):
+                name = f"{t}.{i}"
+                results[name] = work.turns.wait(work.submit(name, wake=i % 2 == 0))
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=caller, args=(t,), name=f"caller{t}") for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    work.stop()
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert results == {f"{t}.{i}": f"{t}.{i}" for t in range(4) for i in range(50)}
+    assert work.overlaps == 0, "two threads were inside a turn at once"
+    runners = set(work.ran_by.values())
+    assert runners & {"caller0", "caller1", "caller2", "caller3"}, "no caller took a turn"
+
+
+def test_a_caller_submitting_without_a_wake_up_runs_its_own_turn():
+    work = Work(size=2)
+    work.turns.start()
+    time.sleep(0.05)  # the engine thread sleeps now
+    assert work.turns.wait(work.submit("mine", wake=False)) == "mine"
+    work.stop()
+    assert work.ran_by["mine"] == "MainThread"
+
+
+def test_a_single_rank_leaves_its_turns_to_the_engine_thread():
+    work = Work(size=1)
+    work.turns.start()
+    for i in range(20):
+        assert work.turns.wait(work.submit(f"h{i}", wake=i % 2 == 0)) == f"h{i}"
+    work.stop()
+    assert set(work.ran_by.values()) == {"ringtrain-engine"}
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_a_failed_turn_is_handed_to_abort_naming_the_thread(size):
+    work = Work(size=size, fail_on="bad")
+    work.turns.start()
+    time.sleep(0.05)
+    handle = work.submit("bad", wake=False)
+    waiter = threading.Thread(target=work.turns.wait, args=(handle,), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not work.aborts and time.monotonic() < deadline:
+        time.sleep(0.01)
+    work.stop()
+    assert len(work.aborts) == 1
+    err, where = work.aborts[0]
+    assert "a turn fails" in err
+    if size == 1:
+        assert where == "its own thread"
+    else:
+        assert where in ("its own thread", f"thread {waiter.name!r}, which waits for its call")
