@@ -1,6 +1,5 @@
 """The launcher's pure parts: hostfiles, argv lists per MPI flavour, settings, guard, dry run."""
 
-import ast
 import os
 import shlex
 import subprocess
@@ -300,37 +299,6 @@ def test_guard_runs_a_script_as_python_would(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == "@@ringtrain-run: rank 5 started@@\n__main__ ['a b', '-c'] sibling\n"
     assert contract.STARTED.fullmatch(done.stdout.splitlines()[0].encode())[1] == b"5"
-
-
-# the launcher and the ranks
-
-
-def _imported(path):
-    """Return what ``path`` imports: ``a.b`` for ``import a.b`` and for ``from a import b``."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def test_the_launcher_and_the_ranks_share_only_the_contract_and_the_settings():
-    package = REPO / "ringtrain"
-    shared = ("ringtrain.contract.", "ringtrain.settings.")
-    strays = {}
-    for path in package.rglob("*.py"):
-        ours = {name + "." for name in _imported(path) if name.split(".")[0] == "ringtrain"}
-        if path.relative_to(package).parts[0] == "runner":
-            wrong = {n for n in ours if not n.startswith(("ringtrain.runner.", *shared))}
-        elif path.name == "contract.py":
-            wrong = ours
-        else:
-            wrong = {n for n in ours if n.startswith("ringtrain.runner.")}
-        if wrong:
-            strays[str(path.relative_to(REPO))] = sorted(n.rstrip(".") for n in wrong)
-    assert strays == {}
 
 
 # the command line, without launching
