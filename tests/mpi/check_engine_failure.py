@@ -12,20 +12,20 @@ import time
 import numpy as np
 
 import ringtrain
-from ringtrain import api
+from ringtrain import runtime
 
 mode = sys.argv[1]
 ringtrain.init()
 r, n = ringtrain.rank(), ringtrain.size()
 if r == n - 1:
-    run = api._engine._executor.run
+    run = runtime.current().engine._executor.run
 
     def failing(response, requests):
         if "boom" in response.names:
             raise RuntimeError(f"rank {r} fails on purpose")
         return run(response, requests)
 
-    api._engine._executor.run = failing
+    runtime.current().engine._executor.run = failing
 
 ringtrain.allreduce(np.ones(5), name="fine")
 if r == n - 1:
