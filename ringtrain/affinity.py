@@ -122,25 +122,20 @@ class Binding(NamedTuple):
     left: frozenset
 
 
-def bind_ranks(comm, wanted: bool) -> Binding | None:
+def bind_ranks(comm, topology, wanted: bool) -> Binding | None:
     """Pin this rank to its share of the host's cores if ``wanted``; return how, or None.
 
-    Collective over ``comm`` (every rank takes part, wanted or not). Only the local ranks
-    that want it divide a set; the others keep theirs, and get None.
+    Collective over ``comm``, whose hosts ``topology`` gives (every rank takes part, wanted
+    or not). Only the ranks of a host that want it divide a set, in local-rank order; the
+    others keep theirs, and get None.
     """
-    from mpi4py import MPI
-
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        mask = current() if wanted else None
-        masks = local.allgather(mask)
-        rank = local.Get_rank()
-    finally:
-        local.Free()
+    mask = current() if wanted else None
+    everyone = comm.allgather(mask)
+    masks = [everyone[r] for r in topology.local_ranks()]
     wanting = [i for i, m in enumerate(masks) if m is not None]
-    if rank not in wanting:
+    if topology.local_rank not in wanting:
         return None
-    share, left = _pin_share_of([masks[i] for i in wanting], wanting.index(rank))
+    share, left = _pin_share_of([masks[i] for i in wanting], wanting.index(topology.local_rank))
     return None if share is None else Binding(share, mask, left)
 
 

@@ -6,22 +6,18 @@ order on every rank. Blocking calls synchronise with every other rank; ``*_async
 return a handle at once, and ``synchronize(handle)`` waits for it.
 """
 
-import atexit
-import dataclasses
-import itertools
 import math
 import os
 import pickle
-import threading
 
 import numpy as np
 
-from ringtrain import affinity
+from ringtrain import runtime
 from ringtrain import settings as settings_module
 from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
 from ringtrain.engine import messages
 from ringtrain.engine.handle import GroupHandle, Handle
-from ringtrain.errors import NotInitializedError, RingtrainError
+from ringtrain.engine.turns import BlockingCalls
 from ringtrain.kernels import is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
 from ringtrain.process_sets import ProcessSet, global_process_set, resolve
@@ -29,15 +25,7 @@ from ringtrain.topology import Topology
 from ringtrain.transport.schedule import segment_bounds
 
 _SUPPORTED = frozenset(SUPPORTED)
-_engine = None  # the Engine between init() and shutdown()
-_binding = None  # how init() pinned this rank's threads, for shutdown() to undo
-_topology: Topology | None = None
-_comm = None  # the communicator init() ran on, which process sets split
-_sets: dict[int, tuple[ProcessSet, object]] = {}  # id -> (set, its communicator or COMM_NULL)
-_changes: dict[str, int] = {}  # how many sets were added and removed: names their agreement
-_counters: dict[tuple[int, str], itertools.count] = {}  # (process set id, kind) -> count
-_atexit_registered = False
-_blocking_call = threading.local()  # .active: a blocking call is submitting (see _blocking)
+_calls = BlockingCalls()  # per thread (a threading.local): its blocking call in progress
 
 
 def init(comm=None, process_sets=None, **settings) -> None:
@@ -49,69 +37,18 @@ def init(comm=None, process_sets=None, **settings) -> None:
     ``RINGTRAIN_*`` settings (see ``ringtrain.settings.Settings``). Collective over
     ``comm``; a second call is a no-op (and refuses ``process_sets``).
     """
-    global _engine, _topology, _binding, _atexit_registered, _comm
     if process_sets == "dynamic":
         process_sets = None
-    if _engine is not None:
+    if runtime.is_running():
         if process_sets:
             raise ValueError(
                 "ringtrain is already initialised, so init() cannot register process sets; "
                 "use add_process_set()"
             )
         return
-    config = settings_module.read(**settings)
-    # Imported here, not at the top: importing mpi4py.MPI initialises MPI, which a launcher
-    # process or a script that sets mpi4py.rc first must not have done for it.
-    from mpi4py import MPI
-
-    from ringtrain.engine.core import Engine
-    from ringtrain.topology import discover
-
-    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-        raise RingtrainError(
-            f"MPI was initialised with thread level {MPI.Query_thread()}, but ringtrain needs "
-            f"MPI_THREAD_MULTIPLE ({MPI.THREAD_MULTIPLE}); leave mpi4py.rc.thread_level at "
-            "its default 'multiple'"
-        )
-    comm = _resolve_comm(comm, MPI)
-    _topology = discover(comm)
-    # Before the engine starts its thread, which then runs where the rank's other threads do.
-    _binding = affinity.bind_ranks(comm, config.bind_cores)
-    _engine = Engine(comm, config, _topology)
-    _comm = comm
-    _counters.clear()
-    _changes.clear()
-    global_process_set.ranks = list(range(_topology.size))
-    global_process_set.bind(0, _topology.rank, _engine)
-    if not _atexit_registered:
-        atexit.register(shutdown)
-        _atexit_registered = True
+    runtime.start(comm, settings_module.read(**settings))
     for process_set in process_sets or ():
         add_process_set(process_set)
-
-
-def _resolve_comm(comm, MPI):
-    world = MPI.COMM_WORLD
-    if comm is None:
-        return world
-    if isinstance(comm, MPI.Comm):
-        return comm
-    ranks = [int(r) for r in comm]
-    bad = [r for r in ranks if not 0 <= r < world.Get_size()]
-    if bad or len(set(ranks)) != len(ranks) or not ranks:
-        raise ValueError(
-            f"init(comm=...) got ranks {ranks}; expected distinct ranks in [0, {world.Get_size()})"
-        )
-    if world.Get_rank() not in ranks:
-        raise ValueError(
-            f"this process is world rank {world.Get_rank()}, which is not in the ranks given "
-            f"to init(): {ranks}"
-        )
-    group = world.Get_group().Incl(ranks)
-    try:
-        return world.Create_group(group)
-    finally:
-        group.Free()
 
 
 def shutdown() -> None:
@@ -120,15 +57,7 @@ def shutdown() -> None:
     Threads that ``init()`` pinned to this rank's share of the cores get back the CPUs they
     had before it.
     """
-    global _engine, _topology, _binding
-    for process_set, _ in list(_sets.values()):
-        _drop(process_set)
-    if _engine is not None:
-        global_process_set.unbind()
-        engine, _engine, _topology = _engine, None, None
-        engine.shutdown()
-    binding, _binding = _binding, None
-    affinity.unbind(binding)
+    runtime.stop()
 
 
 def add_process_set(process_set) -> ProcessSet:
@@ -139,13 +68,13 @@ def add_process_set(process_set) -> ProcessSet:
     for it, with its own thread and shared-memory file; the timeline records only the
     whole job's collectives.
     """
-    engine = _the_engine()
+    current = runtime.current()
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f"{process_set!r} is already registered")
-    count = _changes.get("add", 0)
-    proposals = allgather_object(process_set.ranks, name=f"add_process_set.{count}")
+    registry = current.process_sets
+    proposals = allgather_object(process_set.ranks, name=f"add_process_set.{registry.added}")
     # Every rank checks the same proposals against the same registry, so all agree.
     if any(p != proposals[0] for p in proposals):
         parts = ", ".join(f"rank {r}: {p}" for r, p in enumerate(proposals))
@@ -153,24 +82,10 @@ def add_process_set(process_set) -> ProcessSet:
     outside = [r for r in process_set.ranks if not 0 <= r < size()]
     if outside:
         raise ValueError(f"process set ranks {outside} are outside [0, {size()})")
-    known = _registered(process_set.ranks)
+    known = registry.with_ranks(process_set.ranks)
     if known is not None:
         raise ValueError(f"a process set of ranks {known.ranks} is already registered: {known!r}")
-    from mpi4py import MPI
-
-    from ringtrain.engine.core import Engine
-    from ringtrain.topology import discover
-
-    member = rank() in process_set.ranks
-    comm = _comm.Split(0 if member else MPI.UNDEFINED, rank())
-    set_engine = None
-    if member:
-        settings = dataclasses.replace(engine.settings, timeline=None)
-        set_engine = Engine(comm, settings, discover(comm))
-    process_set_id = count + 1  # 0 is the whole job's
-    _changes["add"] = count + 1
-    process_set.bind(process_set_id, rank(), set_engine)
-    _sets[process_set_id] = (process_set, comm)
+    current.add_process_set(process_set)
     return process_set
 
 
@@ -179,38 +94,27 @@ def remove_process_set(process_set: ProcessSet) -> bool:
 
     Collective over the whole job, like ``add_process_set``. Its pending handles fail.
     """
-    _the_engine()
+    registry = runtime.current().process_sets
     if process_set is global_process_set:
         return False
-    registered = _sets.get(getattr(process_set, "process_set_id", None))
-    if registered is None or registered[0] is not process_set:
+    if not registry.holds(process_set):
         raise ValueError(f"{process_set!r} is not a registered process set")
-    count = _changes.get("remove", 0)
+    count = registry.begin_removal()
     ids = allgather_object(process_set.process_set_id, name=f"remove_process_set.{count}")
-    _changes["remove"] = count + 1
     if any(i != ids[0] for i in ids):
         parts = ", ".join(f"rank {r}: {i}" for r, i in enumerate(ids))
         raise ValueError(
             f"remove_process_set: ranks remove different process sets, by id ({parts})"
         )
-    _drop(process_set)
+    registry.remove(process_set)
     return True
-
-
-def _drop(process_set):
-    """Stop this rank's engine of a registered set, free its communicator, forget it."""
-    _, comm = _sets.pop(process_set.process_set_id)
-    if process_set.engine is not None:
-        process_set.engine.shutdown()
-        comm.Free()
-    process_set.unbind()
 
 
 def _engine_for(process_set):
     """Return the engine that runs collectives over ``process_set`` (None: every rank)."""
+    engine = runtime.current().engine
     if process_set is None or process_set is global_process_set:
-        return _the_engine()
-    _the_engine()
+        return engine
     if not isinstance(process_set, ProcessSet):
         raise TypeError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
     if process_set.process_set_id is None:
@@ -227,14 +131,7 @@ def _engine_for(process_set):
 
 def process_set_by_id(process_set_id: int) -> ProcessSet:
     """Return the registered process set with ``process_set_id`` (0: ``global_process_set``)."""
-    _the_engine()
-    if process_set_id == 0:
-        return global_process_set
-    registered = _sets.get(process_set_id)
-    if registered is None:
-        known = [0, *sorted(_sets)]
-        raise ValueError(f"no process set has id {process_set_id!r}; registered: {known}")
-    return registered[0]
+    return runtime.current().process_sets.by_id(process_set_id)
 
 
 def registered_process_set(ranks) -> ProcessSet | None:
@@ -242,7 +139,7 @@ def registered_process_set(ranks) -> ProcessSet | None:
     ranks = sorted(ranks)
     if ranks == list(range(size())):
         return None
-    known = _registered(ranks)
+    known = runtime.current().process_sets.with_ranks(ranks)
     if known is None:
         raise ValueError(
             f"no process set of ranks {ranks} is registered; add it (add_process_set) first"
@@ -250,31 +147,18 @@ def registered_process_set(ranks) -> ProcessSet | None:
     return known
 
 
-def _registered(ranks) -> ProcessSet | None:
-    """Return the registered process set of exactly ``ranks`` (sorted), or None."""
-    return next((known for known, _ in _sets.values() if known.ranks == ranks), None)
-
-
 def is_initialized() -> bool:
     """Return True between ``init()`` and ``shutdown()``."""
-    return _engine is not None
+    return runtime.is_running()
 
 
 def active_settings() -> settings_module.Settings:
     """Return the settings that ``init()`` read; before it, those of the environment."""
-    return _engine.settings if _engine is not None else settings_module.read()
+    return runtime.current().settings if runtime.is_running() else settings_module.read()
 
 
 def _topo() -> Topology:
-    if _topology is None:
-        raise NotInitializedError("ringtrain is not initialised: call ringtrain.init() first")
-    return _topology
-
-
-def _the_engine():
-    if _engine is None:
-        raise NotInitializedError("ringtrain is not initialised: call ringtrain.init() first")
-    return _engine
+    return runtime.current().topology
 
 
 def size() -> int:
@@ -339,9 +223,7 @@ def _input(tensor, what: str, allow_device: bool = False):
 def _name(kind: str, name, process_set=None) -> str:
     if name is not None:
         return str(name)
-    process_set_id = 0 if process_set is None else process_set.process_set_id
-    count = _counters.setdefault((process_set_id, kind), itertools.count())
-    return f"{kind}.noname.{next(count)}"
+    return runtime.current().unnamed(kind, process_set)
 
 
 def _scale(value, label, dtype) -> float:
@@ -743,7 +625,7 @@ def join() -> int:
     allgathers (contributing no rows). Alltoall and reducescatter fail while a rank waits
     here. It covers the whole job's collectives, not those of process sets.
     """
-    engine = _the_engine()
+    engine = runtime.current().engine
     meta = messages.Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
     return _blocking(_submit, engine, meta, None)
 
@@ -765,7 +647,7 @@ def start_timeline(file_path, mark_cycles=False) -> None:
     ``{rank}``. Raises ValueError for an empty path, for ``mark_cycles=True`` (the engine
     has no fixed cycles to mark), and while a timeline is being written.
     """
-    engine = _the_engine()
+    engine = runtime.current().engine
     if not file_path:
         raise ValueError("start_timeline needs a file path; got an empty one")
     if mark_cycles:
@@ -778,7 +660,7 @@ def start_timeline(file_path, mark_cycles=False) -> None:
 
 def stop_timeline() -> None:
     """Stop writing the timeline (the file stays valid JSON); nothing happens if none is."""
-    _the_engine().stop_timeline()
+    runtime.current().engine.stop_timeline()
 
 
 def withdraw(handles, process_set=None, agree_as=None) -> None:
@@ -805,11 +687,8 @@ def synchronize(handle: Handle | GroupHandle):
 
 
 def _submit(engine, meta, array, out=None, read_only=False) -> Handle:
-    """Queue one collective with ``engine``; return its handle."""
-    blocking = getattr(_blocking_call, "active", False)
-    if blocking:
-        _blocking_call.engine = engine  # the engine that _blocking waits with
-    return engine.submit(meta, array, out, read_only, not blocking).handle
+    """Queue one collective with ``engine``; return its handle (``turns.BlockingCalls``)."""
+    return _calls.submit(engine, meta, array, out, read_only)
 
 
 def _submit_group(engine, requests, base) -> GroupHandle:
@@ -825,15 +704,9 @@ def _blocking(start, *args):
 
     The engine thread is not woken for the submission: the waiting caller takes the engine's
     turns itself, which saves a hand-off between threads each way, or wakes the thread where
-    it cannot (``Engine.wait``).
+    it cannot (``ringtrain.engine.turns``).
     """
-    _blocking_call.active = True
-    try:
-        handle = start(*args)
-    finally:
-        _blocking_call.active = False
-    engine, _blocking_call.engine = _blocking_call.engine, None  # keep no stopped engine alive
-    return engine.wait(handle)
+    return _calls.run(start, *args)
 
 
 def poll(handle: Handle | GroupHandle) -> bool:

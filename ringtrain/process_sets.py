@@ -5,7 +5,7 @@ Horovod's names: make a ``ProcessSet`` from a list of ranks, register it with
 collective. Every rank must register and remove the same sets in the same order: a set's id
 is its place in that order. The ranks of a set run its collectives on an engine of their
 own (its own thread and communicators); the other ranks hold none. ``global_process_set``
-stands for every rank.
+stands for every rank. A ``ProcessSetRegistry`` holds the sets registered with one runtime.
 """
 
 import operator
@@ -67,3 +67,62 @@ global_process_set = ProcessSet([0])  # its ranks and engine are the job's while
 def resolve(process_set) -> ProcessSet:
     """Return ``process_set``, or ``global_process_set`` for None."""
     return global_process_set if process_set is None else process_set
+
+
+class ProcessSetRegistry:
+    """The process sets registered with one runtime (not ``global_process_set``), by id.
+
+    It also counts the sets added and the removals begun: their agreements are collectives
+    over the whole job, named by these counts.
+    """
+
+    def __init__(self):
+        self._sets: dict[int, tuple[ProcessSet, object]] = {}  # id -> (set, comm or COMM_NULL)
+        self.added = 0
+        self._removals = 0
+
+    def add(self, process_set, rank, comm, engine) -> None:
+        """Register ``process_set`` under the next id; ``comm`` and ``engine`` are this rank's.
+
+        Outside the set, ``comm`` is ``COMM_NULL`` and ``engine`` None.
+        """
+        self.added += 1  # ids start at 1: 0 is the whole job's
+        process_set.bind(self.added, rank, engine)
+        self._sets[self.added] = (process_set, comm)
+
+    def begin_removal(self) -> int:
+        """Count a removal that ranks are about to agree on; return its number."""
+        self._removals += 1
+        return self._removals - 1
+
+    def remove(self, process_set) -> None:
+        """Stop this rank's engine of ``process_set``, free its communicator, forget it."""
+        _, comm = self._sets.pop(process_set.process_set_id)
+        if process_set.engine is not None:
+            process_set.engine.shutdown()
+            comm.Free()
+        process_set.unbind()
+
+    def clear(self) -> None:
+        """Remove every registered set."""
+        for process_set, _ in list(self._sets.values()):
+            self.remove(process_set)
+
+    def holds(self, process_set) -> bool:
+        """Return whether ``process_set`` is registered here (itself, not one of its ranks)."""
+        registered = self._sets.get(getattr(process_set, "process_set_id", None))
+        return registered is not None and registered[0] is process_set
+
+    def with_ranks(self, ranks) -> ProcessSet | None:
+        """Return the registered set of exactly ``ranks`` (sorted), or None."""
+        return next((known for known, _ in self._sets.values() if known.ranks == ranks), None)
+
+    def by_id(self, process_set_id) -> ProcessSet:
+        """Return the set registered as ``process_set_id`` (0: ``global_process_set``)."""
+        if process_set_id == 0:
+            return global_process_set
+        registered = self._sets.get(process_set_id)
+        if registered is None:
+            known = [0, *sorted(self._sets)]
+            raise ValueError(f"no process set has id {process_set_id!r}; registered: {known}")
+        return registered[0]

@@ -195,7 +195,7 @@ class Engine:
         )
         sys.stderr.flush()
         self._stop(EngineStoppedError(f"engine failed: {err!r}"))
-        MPI.COMM_WORLD.Abort(1)
+        self._ctrl.Abort(1)  # Open MPI ends every process of the job, not only this group
 
     def _turn_once(self) -> bool:
         """Send new submissions, coordinate or take responses, run them (one turn).

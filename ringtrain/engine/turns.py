@@ -13,7 +13,8 @@ A turn sends this rank's new submissions, coordinates or takes responses, and ru
    ``SPIN_SECONDS`` without progress, or once its handle is done, and wakes the engine
    thread if anything is still in flight, so that nothing waits for a thread that sleeps.
 4. A submission that does not wake the engine thread (``Engine.submit(wake=False)``) is
-   always followed by ``wait`` on the same thread, which runs the turns or wakes the thread.
+   always followed by ``wait`` on the same thread, which runs the turns or wakes the thread:
+   ``BlockingCalls`` makes the blocking API calls submit that way, and only those.
 5. A single rank leaves its turns to the engine thread: a Ctrl-C in the caller then stays a
    ``KeyboardInterrupt`` that the engine survives, rather than ending the job.
 6. A failure inside a turn, in either thread, is handed to ``abort``, which ends the job:
@@ -130,3 +131,31 @@ class Turns:
             sleep = min(sleep * 2, busy_sleep if waiting else idle_sleep)
             self._wakeup.wait(sleep)
             self._wakeup.clear()
+
+
+class BlockingCalls(threading.local):
+    """Each thread's blocking call in progress, so that its submission skips the wake-up.
+
+    ``run(start, *args)`` calls ``start``, which submits one collective through ``submit``,
+    then waits for its handle on the engine it went to (invariant 4 of the module).
+    """
+
+    active = False  # per thread: a blocking call is submitting
+    engine = None  # per thread: the engine its submission went to
+
+    def submit(self, engine, meta, array, out=None, read_only=False):
+        """Queue one collective with ``engine``; return its handle."""
+        blocking = self.active
+        if blocking:
+            self.engine = engine
+        return engine.submit(meta, array, out, read_only, not blocking).handle
+
+    def run(self, start, *args):
+        """Call ``start(*args)``, which submits one collective, and wait for its handle."""
+        self.active = True
+        try:
+            handle = start(*args)
+        finally:
+            self.active = False
+        engine, self.engine = self.engine, None  # keep no stopped engine alive
+        return engine.wait(handle)

@@ -6,6 +6,7 @@ import numpy as np
 from common import DTYPES, OPS, assert_equal, expected, main, rank_data, same_bits_everywhere
 
 import ringtrain
+from ringtrain import runtime
 
 SHAPES = [(0,), (1,), (7,), (3, 5), (10007,)]
 
@@ -17,7 +18,7 @@ def body():
     # shared memory.
     shared_on = os.environ.get("RINGTRAIN_SHARED_MEMORY_BYTES") != "0"
     flat = os.environ.get("RINGTRAIN_HIERARCHICAL_ALLREDUCE") != "1"
-    uses_shared = ringtrain.api._engine.transport.capabilities.shared_bytes > 0
+    uses_shared = runtime.current().engine.transport.capabilities.shared_bytes > 0
     assert uses_shared == (shared_on and flat and n > 1), f"shared memory in use: {uses_shared}"
     for dtype in DTYPES:
         for op in OPS:

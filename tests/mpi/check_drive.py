@@ -11,7 +11,7 @@ import numpy as np
 from common import assert_equal, expected, main, rank_data, same_bits_everywhere
 
 import ringtrain
-from ringtrain import api
+from ringtrain import runtime
 
 LENGTHS = [0, 1, 7, 1000, 262_147]
 
@@ -43,7 +43,7 @@ def check(got, shape, salt, what):
 def body():
     ringtrain.init()
     r, n = ringtrain.rank(), ringtrain.size()
-    ran = record_threads(api._engine)
+    ran = record_threads(runtime.current().engine)
 
     # Blocking calls, every rank on time: the caller runs them itself.
     names, threads = [], []

@@ -12,13 +12,13 @@ import time
 import numpy as np
 
 import ringtrain
-from ringtrain import api
+from ringtrain import runtime
 
 mode = sys.argv[1]
 ringtrain.init()
 r, n = ringtrain.rank(), ringtrain.size()
 if r == n - 1:
-    transport = api._engine.transport
+    transport = runtime.current().engine.transport
     allreduce_new = transport.allreduce_new
     calls = []
 
