@@ -6,29 +6,15 @@ import math
 import numpy as np
 
 from ringtrain import kernels
-from ringtrain.buffers import ALIGNMENT, ResultPool, aligned_empty
-from ringtrain.dtypes import by_name, is_integer, reduction_dtype
-from ringtrain.engine import messages
+from ringtrain.buffers import ResultPool, aligned_empty
+from ringtrain.dtypes import by_name, reduction_dtype
+from ringtrain.engine import messages, planner
 from ringtrain.engine import timeline as tl
-from ringtrain.engine.messages import member_shapes
 from ringtrain.ops import ReduceOp
 from ringtrain.transport.messages import displacements
 from ringtrain.transport.schedule import segment_bounds
 
 _CPU = kernels.backend_for(np.empty(0))
-
-
-def identity(op: ReduceOp, dtype) -> object:
-    """Return the element that leaves ``op`` unchanged: what a joined rank contributes."""
-    dtype = np.dtype(dtype)
-    if op in (ReduceOp.Sum, ReduceOp.Average):
-        return 0
-    if op == ReduceOp.Product:
-        return 1
-    info = np.iinfo(dtype) if is_integer(dtype) else None
-    if op == ReduceOp.Min:
-        return info.max if info else np.inf
-    return info.min if info else -np.inf
 
 
 def _as_bytes(array):
@@ -38,7 +24,7 @@ def _as_bytes(array):
 class Executor:
     """Runs responses on one rank, moving data through ``transport`` (``router.Transport``).
 
-    Host tensors of at least a ring chunk skip the fusion buffer (see ``_allreduce``).
+    It carries out ``planner.AllreducePlan``s; a lone host tensor skips the planning.
     """
 
     def __init__(self, transport, pool, timeline):
@@ -71,21 +57,12 @@ class Executor:
             for name in names:
                 timeline.span(name, phase, start, end)
 
-    def _reduction(self, joined, meta):
-        op = ReduceOp(meta.op)
-        contributors = self.size - len(joined)
-        postscale = meta.postscale
-        if op == ReduceOp.Average:
-            op = ReduceOp.Sum
-            if not is_integer(meta.dtype):
-                postscale = postscale / contributors
-        return op, postscale, contributors
-
-    def _finish_average(self, meta, outputs, contributors):
-        if meta.op == ReduceOp.Average and is_integer(meta.dtype):
+    def _finish_average(self, reduction, outputs):
+        """Floor-divide the results of an integer Average (``reduction``) by its contributors."""
+        if reduction.floor_divide:
             for out in outputs:
                 if out is not None:
-                    np.floor_divide(out, contributors, out=out)
+                    np.floor_divide(out, reduction.contributors, out=out)
 
     def _allreduce(self, response, requests):
         if _op_of(response, requests) == _ADASUM:
@@ -94,110 +71,69 @@ class Executor:
             lone = self._lone_host_allreduce(requests[0])
             if lone is not None:
                 return lone
-        # The response carries metas only when some rank has joined (and so has no request).
-        metas = response.metas or [r.meta for r in requests]
-        dtype = by_name(metas[0].dtype)
-        wire = reduction_dtype(dtype)
-        op, postscale, contributors = self._reduction(response.joined, metas[0])
-        prescale = metas[0].prescale
-        present = [r for r in requests if r is not None]
-        backend = kernels.backend_for(_arrays(present[0])[0]) if present else _CPU
-        members = [
-            (meta.name, request, shape, array, out)
-            for request, meta in zip(requests, metas, strict=True)
-            for shape, array, out in zip(
-                member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
-            )
-        ]
-        # A tensor goes through the ring by itself when it is alone or at least a ring chunk
-        # long: fusing it would save no messages. Every rank splits alike, from shapes and
-        # settings that all ranks share (never from where its own data lives), and fuses
-        # everything while some rank has joined, with no tensors to read.
-        alone = [
-            not response.joined
-            and (len(members) == 1 or math.prod(shape) * wire.itemsize >= self._direct)
-            for _, _, shape, _, _ in members
-        ]
-        # A host tensor that needs no widening is read in place, and the result written
-        # where it goes: no copies through a fusion buffer.
-        direct = backend is _CPU and dtype == wire
-        shareable = _shareable(metas[0], dtype)
-        outputs = [None] * len(members)
-        fused = [i for i, a in enumerate(alone) if not a]
-        units = [fused] if fused else []
-        units += [[i] for i, a in enumerate(alone) if a]
-        for unit in units:
-            read_only = shareable and all(
-                members[i][1].read_only for i in unit if members[i][1] is not None
-            )
-            if direct and len(unit) == 1 and alone[unit[0]]:
-                member = members[unit[0]]
-                results = [self._in_place(member, wire, op, prescale, postscale, read_only)]
+        present = next((r for r in requests if r is not None), None)
+        backend = kernels.backend_for(planner.arrays(present)[0]) if present else _CPU
+        plan = planner.plan_allreduce(response, requests, self.size, self._direct, backend is _CPU)
+        outputs = [None] * len(plan.members)
+        for unit in plan.units:
+            if unit.in_place:
+                name, _, shape, array, out = unit.members[0]
+                reduction, read_only = plan.reduction, unit.read_only
+                results = [self._in_place(name, shape, array, out, plan.wire, reduction, read_only)]
             else:
-                results = self._fused(
-                    [members[i] for i in unit],
-                    backend,
-                    dtype,
-                    wire,
-                    op,
-                    (prescale, postscale),
-                    read_only,
-                )
-            for i, result in zip(unit, results, strict=True):
+                results = self._fused(unit, plan, backend)
+            for i, result in zip(unit.positions, results, strict=True):
                 outputs[i] = result
-        present_outputs = [o for m, o in zip(members, outputs, strict=True) if m[1] is not None]
-        self._finish_average(metas[0], present_outputs, contributors)
-        return _regroup(requests, present_outputs)
+        present_outputs = [
+            o for m, o in zip(plan.members, outputs, strict=True) if m.request is not None
+        ]
+        self._finish_average(plan.reduction, present_outputs)
+        return planner.regroup(requests, present_outputs)
 
     def _adasum(self, requests):
         """Run Adasum over every tensor of ``requests`` (host arrays), each on its own."""
-        results = []
-        for request in requests:
-            meta = request.meta
+        outputs = []
+        for member in planner.members(requests, [r.meta for r in requests]):
+            meta, shape = member.request.meta, member.shape
+            start = tl.now_ns()
             dtype = by_name(meta.dtype)
-            outputs = []
-            for shape, array, out in zip(
-                member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
-            ):
-                start = tl.now_ns()
-                count, wire = math.prod(shape), reduction_dtype(dtype)
-                vector = self._pool.get("adasum", count, wire)
-                np.multiply(array.reshape(-1), meta.prescale, out=vector)
-                self.transport.adasum(vector, self._pool.get("adasum.peer", count, wire))
-                result = out if out is not None else self._results.empty(shape, dtype)
-                np.multiply(vector, meta.postscale, out=result.reshape(-1), casting="unsafe")
-                self._span([meta.name], "ADASUM", start, tl.now_ns())
-                outputs.append(result)
-            results.append(outputs if meta.group is not None else outputs[0])
-        return results
+            count, wire = math.prod(shape), reduction_dtype(dtype)
+            vector = self._pool.get("adasum", count, wire)
+            np.multiply(member.array.reshape(-1), meta.prescale, out=vector)
+            self.transport.adasum(vector, self._pool.get("adasum.peer", count, wire))
+            result = member.out if member.out is not None else self._results.empty(shape, dtype)
+            np.multiply(vector, meta.postscale, out=result.reshape(-1), casting="unsafe")
+            self._span([meta.name], "ADASUM", start, tl.now_ns())
+            outputs.append(result)
+        return planner.regroup(requests, outputs)
 
     def _lone_host_allreduce(self, request):
         """Run the common case, one NumPy tensor that needs no widening, as ``_allreduce`` would.
 
-        Returns its results, or None where the case does not apply. It skips the general
-        path's planning, which costs a lone call several microseconds.
+        Returns its results, or None where the case does not apply (``planner.lone_host``).
+        It skips the general path's planning, which costs a lone call several microseconds.
         """
-        meta = request.meta
-        dtype = by_name(meta.dtype)
-        host = type(request.array) is np.ndarray
-        if meta.group is not None or not host or reduction_dtype(dtype) != dtype:
+        dtype = planner.lone_host(request)
+        if dtype is None:
             return None
-        op, postscale, contributors = self._reduction((), meta)
-        read_only = request.read_only and _shareable(meta, dtype)
-        member = (meta.name, request, meta.shape, request.array, request.out)
-        result = self._in_place(member, dtype, op, meta.prescale, postscale, read_only)
-        self._finish_average(meta, [result], contributors)
+        meta = request.meta
+        reduction = planner.reduction(meta, self.size)
+        read_only = request.read_only and planner.shareable(meta, dtype)
+        result = self._in_place(
+            meta.name, meta.shape, request.array, request.out, dtype, reduction, read_only
+        )
+        self._finish_average(reduction, [result])
         return [result]
 
-    def _in_place(self, member, wire, op, prescale, postscale, read_only):
+    def _in_place(self, name, shape, array, out, wire, reduction, read_only):
         """Reduce one host tensor from where it lies into its result: no fusion buffer."""
-        name, _, shape, array, out = member
         start = tl.now_ns()
         source = array.reshape(-1)
-        if prescale != 1.0:
+        if reduction.prescale != 1.0:
             source = self._pool.get("fusion", source.size, wire)
-            _CPU.pack([array], source, [0], prescale)
+            _CPU.pack([array], source, [0], reduction.prescale)
         packed = tl.now_ns()
+        op, postscale = reduction.op, reduction.postscale
         if out is not None:
             result = out
             reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale)
@@ -214,27 +150,24 @@ class Executor:
         """Return the function that makes a new 1-D result of ``dtype`` from the result pool."""
         return functools.partial(self._results.empty, dtype=dtype)
 
-    def _fused(self, members, backend, dtype, wire, op, scales, read_only):
-        """Reduce ``members`` through one fusion buffer; return their results (None: absent).
+    def _fused(self, unit, plan, backend):
+        """Reduce ``unit`` (of ``plan``) through one fusion buffer; return its members' results.
 
-        ``scales`` is (prescale, postscale).
+        A joined rank's members get None.
         """
-        prescale, postscale = scales
+        op, prescale, postscale = plan.reduction[:3]
+        wire = plan.wire
         start = tl.now_ns()
         # Every member laid end to end, each aligned so that its slice of the result is
         # too; what lies between is unused.
-        owners = [r for _, r, _, _, _ in members]
-        shapes = [s for _, _, s, _, _ in members]
-        sizes = [math.prod(s) for s in shapes]
-        offsets = _aligned_displacements(sizes, wire.itemsize)
-        total = offsets[-1] + sizes[-1]
-        host = self._pool.get("fusion", total, wire)
-        fill = identity(op, wire)
-        for r, off, n in zip(owners, offsets, sizes, strict=True):
-            if r is None:
-                host[off : off + n] = fill
-        here = [(m, off) for m, off in zip(members, offsets, strict=True) if m[1] is not None]
-        sources = [array for (_, _, _, array, _), _ in here]
+        host = self._pool.get("fusion", unit.total, wire)
+        here = []
+        for member, off in zip(unit.members, unit.offsets, strict=True):
+            if member.request is None:
+                host[off : off + math.prod(member.shape)] = plan.fill
+            else:
+                here.append((member, off))
+        sources = [member.array for member, _ in here]
         source_offsets = [off for _, off in here]
         staging = host if backend is _CPU else backend.empty(len(host), wire)
         backend.pack(sources, staging, source_offsets, prescale)
@@ -242,16 +175,16 @@ class Executor:
         if staged:
             backend.to_host(staging, host)
         packed = tl.now_ns()
-        if backend is _CPU and dtype == wire:
+        if plan.host_results:
             # The ring writes straight into one new array whose slices are the results: no
             # copy out of the fusion buffer.
             result, reduced = self.transport.allreduce_new(
-                host, op, postscale, self._new_result(wire), read_only
+                host, op, postscale, self._new_result(wire), unit.read_only
             )
             gathered = tl.now_ns()
             outputs = [
-                _deliver(result[off : off + math.prod(shape)].reshape(shape), out)
-                for (_, _, shape, _, out), off in here
+                _deliver(result[off : off + math.prod(m.shape)].reshape(m.shape), m.out)
+                for m, off in here
             ]
         else:
             reduced = self.transport.allreduce(host, host, op, postscale)
@@ -259,14 +192,13 @@ class Executor:
             if staged:
                 backend.to_device(host, staging)
             outputs = [
-                out if out is not None else backend.empty(shape, dtype)
-                for (_, _, shape, _, out), _ in here
+                m.out if m.out is not None else backend.empty(m.shape, plan.dtype) for m, _ in here
             ]
             backend.unpack(staging, source_offsets, outputs, 1.0)
-        names = list(dict.fromkeys(name for name, _, _, _, _ in members))
+        names = list(dict.fromkeys(member.name for member in unit.members))
         self._spans(names, start, packed, reduced, gathered, tl.now_ns())
         produced = iter(outputs)
-        return [next(produced) if r is not None else None for r in owners]
+        return [next(produced) if m.request is not None else None for m in unit.members]
 
     def _spans(self, names, start, packed, reduced, gathered, unpacked):
         self._span(names, tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
@@ -324,20 +256,20 @@ class Executor:
         start = tl.now_ns()
         dtype = by_name(meta.dtype)
         wire = reduction_dtype(dtype)
-        op, postscale, contributors = self._reduction(response.joined, meta)
+        reduction = planner.reduction(meta, self.size - len(response.joined))
         row = math.prod(meta.shape[1:])
         row_bounds = segment_bounds(meta.shape[0], self.size)
         bounds = [(lo * row, hi * row) for lo, hi in row_bounds]
         buf = self._pool.get("fusion", math.prod(meta.shape), wire)
         _CPU.pack([request.array], buf, [0], meta.prescale)
         packed = tl.now_ns()
-        self.transport.reduce_scatter(buf, buf, op, postscale, bounds)
+        self.transport.reduce_scatter(buf, buf, reduction.op, reduction.postscale, bounds)
         reduced = tl.now_ns()
         lo, hi = bounds[self.rank]
         first, last = row_bounds[self.rank]
         out = aligned_empty((last - first, *meta.shape[1:]), dtype)
         _CPU.unpack(buf[lo:hi], [0], [out], 1.0)
-        self._finish_average(meta, [out], contributors)
+        self._finish_average(reduction, [out])
         self._span([meta.name], tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
         self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
         self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
@@ -352,55 +284,9 @@ def _op_of(response, requests) -> int:
     return (response.metas[0] if response.metas else requests[0].meta).op
 
 
-def _shareable(meta, dtype) -> bool:
-    """Return True if results of ``meta`` may be read-only (and shared by the host's ranks).
-
-    They may where every caller said it never writes to them (checked apart), and no integer
-    Average divides them afterwards.
-    """
-    return not (meta.op == ReduceOp.Average and is_integer(dtype))
-
-
-def _arrays(request):
-    """Return the arrays of ``request``: a group's list, or its one array in a list."""
-    return request.array if request.meta.group is not None else [request.array]
-
-
-def _arrays_and_outs(request, meta):
-    """Return the arrays of ``request`` (of ``meta``) and where each goes (None: a new array).
-
-    A joined rank has no request: None for both, per tensor of ``meta``.
-    """
-    count = len(member_shapes(meta))
-    if request is None:
-        return [None] * count, [None] * count
-    return _arrays(request), [request.out] if meta.group is None else [None] * count
-
-
-def _regroup(requests, outputs):
-    """Return one result per request from the outputs of the present requests' tensors."""
-    results, taken = [], 0
-    for request in requests:
-        if request is None:
-            results.append(None)
-        elif request.meta.group is not None:
-            results.append(outputs[taken : taken + len(request.array)])
-            taken += len(request.array)
-        else:
-            results.append(outputs[taken])
-            taken += 1
-    return results
-
-
 def _deliver(result, out):
     """Return ``result``, or copy it into the caller's ``out`` and return that."""
     if out is None:
         return result
     np.copyto(out, result)
     return out
-
-
-def _aligned_displacements(sizes, itemsize):
-    """Return start offsets for ``sizes`` laid end to end, each rounded up to ALIGNMENT bytes."""
-    step = max(ALIGNMENT // itemsize, 1)
-    return displacements([-(-size // step) * step for size in sizes])

@@ -1,0 +1,234 @@
+"""Plans an allreduce response on one rank, without moving data: what fuses, what goes in place.
+
+``plan_allreduce`` turns a response and this rank's requests into an ``AllreducePlan``: the
+reduction to run, and its units, each one reduction through the transport. The executor
+carries plans out. The common lone host tensor skips the planning (``Executor``'s fast path):
+``lone_host`` says when it applies, and it then runs as the one in-place unit that
+``plan_allreduce`` would have planned.
+"""
+
+import dataclasses
+import math
+import typing
+
+import numpy as np
+
+from ringtrain.buffers import ALIGNMENT
+from ringtrain.dtypes import by_name, is_integer, reduction_dtype
+from ringtrain.engine.messages import member_shapes
+from ringtrain.ops import ReduceOp
+from ringtrain.transport.messages import displacements
+
+
+def identity(op: ReduceOp, dtype) -> object:
+    """Return the element that leaves ``op`` unchanged: what a joined rank contributes."""
+    dtype = np.dtype(dtype)
+    if op in (ReduceOp.Sum, ReduceOp.Average):
+        return 0
+    if op == ReduceOp.Product:
+        return 1
+    info = np.iinfo(dtype) if is_integer(dtype) else None
+    if op == ReduceOp.Min:
+        return info.max if info else np.inf
+    return info.min if info else -np.inf
+
+
+class Reduction(typing.NamedTuple):
+    """The reduction that the transport runs for one meta, once ``contributors`` ranks take part.
+
+    Average becomes Sum: a float Average divides through ``postscale``, an integer one
+    floor-divides its results by ``contributors`` afterwards (``floor_divide``).
+    """
+
+    op: ReduceOp
+    prescale: float
+    postscale: float
+    contributors: int
+    floor_divide: bool
+
+
+def reduction(meta, contributors: int) -> Reduction:
+    """Return the reduction of ``meta`` (an allreduce or reduce-scatter) over ``contributors``."""
+    op = ReduceOp(meta.op)
+    postscale = meta.postscale
+    floor_divide = False
+    if op == ReduceOp.Average:
+        op = ReduceOp.Sum
+        if is_integer(meta.dtype):
+            floor_divide = True
+        else:
+            postscale = postscale / contributors
+    return Reduction(op, meta.prescale, postscale, contributors, floor_divide)
+
+
+def shareable(meta, dtype) -> bool:
+    """Return True if results of ``meta`` may be read-only (and shared by the host's ranks).
+
+    They may where every caller said it never writes to them (checked apart), and no integer
+    Average divides them afterwards.
+    """
+    return not (meta.op == ReduceOp.Average and is_integer(dtype))
+
+
+class Member(typing.NamedTuple):
+    """One tensor of a response on this rank: a named tuple, cheap on the per-tensor path.
+
+    ``request`` is None where this rank has joined (no data: ``array`` and ``out`` None);
+    ``out`` is where the caller wants the result, or None for a new array.
+    """
+
+    name: str
+    request: object
+    shape: tuple
+    array: object
+    out: object
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unit:
+    """One reduction through the transport, over ``members`` laid out at ``offsets``.
+
+    ``fused``: the unit gathers the tensors that do not go alone. ``in_place``: its one host
+    tensor is read from where it lies, and its result written where it goes, with no fusion
+    buffer; otherwise the members are packed into a fusion buffer of ``total`` elements,
+    each at its ALIGNMENT-aligned offset. ``read_only``: a new result may be read-only and
+    shared by the host's ranks. ``positions``: each member's place among the plan's members.
+    """
+
+    members: tuple
+    positions: tuple
+    fused: bool
+    in_place: bool
+    read_only: bool
+    offsets: tuple
+    total: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AllreducePlan:
+    """How this rank runs one allreduce response: ``reduction`` over each of ``units`` in turn.
+
+    ``members`` holds every tensor in response order; ``dtype`` is theirs, ``wire`` the type
+    they are reduced in (float16 widens). ``host_results``: the tensors are host arrays that
+    need no widening, so the transport writes each result into new memory (a fused unit's
+    results are slices of one array) instead of the fusion buffer being unpacked. ``fill``
+    is what a joined rank's members hold.
+    """
+
+    reduction: Reduction
+    dtype: np.dtype
+    wire: np.dtype
+    host_results: bool
+    fill: object
+    members: tuple
+    units: tuple
+
+
+def plan_allreduce(response, requests, size: int, direct_bytes: int, host: bool) -> AllreducePlan:
+    """Return the plan of allreduce ``response`` (not Adasum) on a rank of ``size`` ranks.
+
+    ``requests`` holds this rank's request per name (None where it has joined);
+    ``direct_bytes`` is the reduced size from which a tensor goes alone; ``host``: the
+    present arrays are host arrays (the CPU backend).
+    """
+    # The response carries metas only when some rank has joined (and so has no request).
+    metas = response.metas or [r.meta for r in requests]
+    dtype = by_name(metas[0].dtype)
+    wire = reduction_dtype(dtype)
+    reduced = reduction(metas[0], size - len(response.joined))
+    everyone = members(requests, metas)
+    # A tensor goes through the ring by itself when it is alone or at least a ring chunk
+    # long: fusing it would save no messages. Every rank splits alike, from shapes and
+    # settings that all ranks share (never from where its own data lives), and fuses
+    # everything while some rank has joined, with no tensors to read.
+    alone = [
+        not response.joined
+        and (len(everyone) == 1 or math.prod(m.shape) * wire.itemsize >= direct_bytes)
+        for m in everyone
+    ]
+    # A host tensor that needs no widening is read in place, and the result written
+    # where it goes: no copies through a fusion buffer.
+    host_results = host and dtype == wire
+    share = shareable(metas[0], dtype)
+    fused = tuple(i for i, a in enumerate(alone) if not a)
+    groups = [fused] if fused else []
+    groups += [(i,) for i, a in enumerate(alone) if a]
+    units = tuple(
+        _unit(everyone, positions, not alone[positions[0]], host_results, share, wire)
+        for positions in groups
+    )
+    fill = identity(reduced.op, wire)
+    return AllreducePlan(reduced, dtype, wire, host_results, fill, everyone, units)
+
+
+def _unit(everyone, positions, fused, host_results, share, wire) -> Unit:
+    """Return the unit of the members of ``everyone`` at ``positions``."""
+    chosen = tuple(everyone[i] for i in positions)
+    read_only = share and all(m.request.read_only for m in chosen if m.request is not None)
+    sizes = [math.prod(m.shape) for m in chosen]
+    offsets = aligned_displacements(sizes, wire.itemsize)
+    total = offsets[-1] + sizes[-1]
+    in_place = host_results and not fused
+    return Unit(chosen, positions, fused, in_place, read_only, tuple(offsets), total)
+
+
+def lone_host(request):
+    """Return the dtype of ``request`` if it alone may skip ``plan_allreduce``, else None.
+
+    It may, where no rank has joined, when it is one NumPy tensor that needs no widening:
+    its plan is then one in-place unit, with ``reduction(meta, size)``, read-only where the
+    request asks and ``shareable`` allows.
+    """
+    meta = request.meta
+    if meta.group is not None or type(request.array) is not np.ndarray:
+        return None
+    dtype = by_name(meta.dtype)
+    return dtype if reduction_dtype(dtype) == dtype else None
+
+
+def members(requests, metas) -> tuple:
+    """Return the tensors of ``requests`` (of ``metas``, one per name) in order, as Members."""
+    return tuple(
+        Member(meta.name, request, shape, array, out)
+        for request, meta in zip(requests, metas, strict=True)
+        for shape, array, out in zip(
+            member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
+        )
+    )
+
+
+def regroup(requests, outputs) -> list:
+    """Return one result per request from the outputs of the present requests' tensors."""
+    results, taken = [], 0
+    for request in requests:
+        if request is None:
+            results.append(None)
+        elif request.meta.group is not None:
+            results.append(outputs[taken : taken + len(request.array)])
+            taken += len(request.array)
+        else:
+            results.append(outputs[taken])
+            taken += 1
+    return results
+
+
+def arrays(request) -> list:
+    """Return the arrays of ``request``: a group's list, or its one array in a list."""
+    return request.array if request.meta.group is not None else [request.array]
+
+
+def _arrays_and_outs(request, meta):
+    """Return the arrays of ``request`` (of ``meta``) and where each goes (None: a new array).
+
+    A joined rank has no request: None for both, per tensor of ``meta``.
+    """
+    count = len(member_shapes(meta))
+    if request is None:
+        return [None] * count, [None] * count
+    return arrays(request), [request.out] if meta.group is None else [None] * count
+
+
+def aligned_displacements(sizes, itemsize) -> list:
+    """Return start offsets for ``sizes`` laid end to end, each rounded up to ALIGNMENT bytes."""
+    step = max(ALIGNMENT // itemsize, 1)
+    return displacements([-(-size // step) * step for size in sizes])
