@@ -166,9 +166,10 @@ def _unit(everyone, positions, fused, host_results, share, wire) -> Unit:
     chosen = tuple(everyone[i] for i in positions)
     read_only = share and all(m.request.read_only for m in chosen if m.request is not None)
     sizes = [math.prod(m.shape) for m in chosen]
-    offsets = aligned_displacements(sizes, wire.itemsize)
-    total = offsets[-1] + sizes[-1]
     in_place = host_results and not fused
+    # One tensor lies at 0; only a fusion buffer of several needs the aligned layout.
+    offsets = aligned_displacements(sizes, wire.itemsize) if len(sizes) > 1 else [0]
+    total = offsets[-1] + sizes[-1]
     return Unit(chosen, positions, fused, in_place, read_only, tuple(offsets), total)
 
 
