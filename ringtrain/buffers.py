@@ -1,7 +1,6 @@
 """Host buffers that are allocated once, grown when needed and reused by every call."""
 
 import math
-import sys
 
 import numpy as np
 
@@ -17,72 +16,21 @@ def aligned_size(nbytes: int) -> int:
 
 def aligned_empty(shape, dtype) -> np.ndarray:
     """Return an uninitialised array of ``shape`` whose data starts on an ALIGNMENT boundary."""
-    shape, dtype, nbytes = _layout(shape, dtype)
-    return _aligned_view(np.empty(nbytes + ALIGNMENT, np.uint8), shape, dtype, nbytes)
+    shape, dtype, nbytes = layout(shape, dtype)
+    return aligned_view(np.empty(nbytes + ALIGNMENT, np.uint8), shape, dtype, nbytes)
 
 
-def _layout(shape, dtype):
+def layout(shape, dtype):
+    """Return ``shape`` as a tuple, ``dtype`` as a NumPy dtype, and their bytes."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     dtype = np.dtype(dtype)
     return shape, dtype, math.prod(shape) * dtype.itemsize
 
 
-def _aligned_view(raw, shape, dtype, nbytes):
+def aligned_view(raw, shape, dtype, nbytes) -> np.ndarray:
+    """Return the ALIGNMENT-aligned array of ``shape`` that starts in the bytes ``raw``."""
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)
-
-
-class ResultPool:
-    """Aligned arrays for results that callers keep; memory no caller holds any more is reused.
-
-    A large array allocated afresh is often a fresh mapping from the operating system, whose
-    pages fault in on first write; in training that is every step's gradients, every step.
-    The pool keeps the memory of results of at least ``smallest`` bytes, up to ``capacity``
-    bytes in all, and ``empty`` hands one out again once nothing outside the pool refers to
-    it: CPython's reference count of the memory's owner counts every view of it. A result
-    larger than the capacity is kept only while the pool keeps nothing else, so that one
-    caller who reduces such a tensor over and over reuses its memory. Smaller results, and
-    others beyond the capacity, are plain ``aligned_empty`` arrays. Use from one thread.
-    """
-
-    def __init__(self, smallest: int = 1 << 20, capacity: int = 256 << 20):
-        self._smallest = smallest
-        self._capacity = capacity
-        self._owners: list[np.ndarray] = []  # least recently handed out first
-
-    def empty(self, shape, dtype) -> np.ndarray:
-        """Return an uninitialised array of ``shape``, aligned as ``aligned_empty``'s are."""
-        shape, dtype, nbytes = _layout(shape, dtype)
-        size = nbytes + ALIGNMENT
-        if nbytes < self._smallest:
-            return aligned_empty(shape, dtype)
-        owners = self._owners
-        for i in range(len(owners)):
-            if owners[i].nbytes == size and self._idle(i):
-                owner = owners.pop(i)
-                owners.append(owner)
-                return _aligned_view(owner, shape, dtype, nbytes)
-        # Make room by letting go of idle memory, least recently used first.
-        held = self.held_bytes
-        i = 0
-        while held + size > self._capacity and i < len(owners):
-            if self._idle(i):
-                held -= owners.pop(i).nbytes
-            else:
-                i += 1
-        owner = np.empty(size, np.uint8)
-        if held + size <= self._capacity or not owners:
-            owners.append(owner)
-        return _aligned_view(owner, shape, dtype, nbytes)
-
-    @property
-    def held_bytes(self) -> int:
-        """Return how many bytes of memory the pool keeps, held by callers or idle."""
-        return sum(owner.nbytes for owner in self._owners)
-
-    def _idle(self, i) -> bool:
-        # The list's reference and getrefcount's argument: no view of it is alive.
-        return sys.getrefcount(self._owners[i]) == 2
 
 
 class BufferPool:

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from ringtrain.buffers import ALIGNMENT, ResultPool
+from ringtrain.buffers import ALIGNMENT
+from ringtrain.engine.results import ResultPool
 
 
 def test_memory_comes_back_only_once_every_view_of_it_is_gone():

@@ -1,15 +1,15 @@
 """Carries out the coordinator's responses on one rank, moving data only through its transport."""
 
-import functools
 import math
 
 import numpy as np
 
 from ringtrain import kernels
-from ringtrain.buffers import ResultPool, aligned_empty
+from ringtrain.buffers import aligned_empty
 from ringtrain.dtypes import by_name, reduction_dtype
 from ringtrain.engine import messages, planner
 from ringtrain.engine import timeline as tl
+from ringtrain.engine.results import ResultMemory, deliver, shareable
 from ringtrain.ops import ReduceOp
 from ringtrain.transport.messages import displacements
 from ringtrain.transport.schedule import segment_bounds
@@ -32,7 +32,7 @@ class Executor:
         self.rank = transport.rank
         self.size = transport.size
         self._pool = pool
-        self._results = ResultPool()
+        self._results = ResultMemory()
         self._direct = transport.chunk_bytes
         self.timeline = timeline  # where spans go, or None; the engine may swap it
         self._run = {
@@ -118,7 +118,7 @@ class Executor:
             return None
         meta = request.meta
         reduction = planner.reduction(meta, self.size)
-        read_only = request.read_only and planner.shareable(meta, dtype)
+        read_only = request.read_only and shareable(meta, dtype)
         result = self._in_place(
             meta.name, meta.shape, request.array, request.out, dtype, reduction, read_only
         )
@@ -139,16 +139,12 @@ class Executor:
             reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale)
         else:
             flat, reduced = self.transport.allreduce_new(
-                source, op, postscale, self._new_result(wire), read_only
+                source, op, postscale, self._results.factory(wire), read_only
             )
             result = flat.reshape(shape)
         gathered = tl.now_ns()
         self._spans([name], start, packed, reduced, gathered, gathered)
         return result
-
-    def _new_result(self, dtype):
-        """Return the function that makes a new 1-D result of ``dtype`` from the result pool."""
-        return functools.partial(self._results.empty, dtype=dtype)
 
     def _fused(self, unit, plan, backend):
         """Reduce ``unit`` (of ``plan``) through one fusion buffer; return its members' results.
@@ -179,11 +175,11 @@ class Executor:
             # The ring writes straight into one new array whose slices are the results: no
             # copy out of the fusion buffer.
             result, reduced = self.transport.allreduce_new(
-                host, op, postscale, self._new_result(wire), unit.read_only
+                host, op, postscale, self._results.factory(wire), unit.read_only
             )
             gathered = tl.now_ns()
             outputs = [
-                _deliver(result[off : off + math.prod(m.shape)].reshape(m.shape), m.out)
+                deliver(result[off : off + math.prod(m.shape)].reshape(m.shape), m.out)
                 for m, off in here
             ]
         else:
@@ -282,11 +278,3 @@ _ADASUM = int(ReduceOp.Adasum)
 def _op_of(response, requests) -> int:
     """Return the op of ``response``: every tensor of an allreduce response shares it."""
     return (response.metas[0] if response.metas else requests[0].meta).op
-
-
-def _deliver(result, out):
-    """Return ``result``, or copy it into the caller's ``out`` and return that."""
-    if out is None:
-        return result
-    np.copyto(out, result)
-    return out

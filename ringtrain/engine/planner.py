@@ -16,6 +16,7 @@ import numpy as np
 from ringtrain.buffers import ALIGNMENT
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine.messages import member_shapes
+from ringtrain.engine.results import shareable
 from ringtrain.ops import ReduceOp
 from ringtrain.transport.messages import displacements
 
@@ -59,15 +60,6 @@ def reduction(meta, contributors: int) -> Reduction:
         else:
             postscale = postscale / contributors
     return Reduction(op, meta.prescale, postscale, contributors, floor_divide)
-
-
-def shareable(meta, dtype) -> bool:
-    """Return True if results of ``meta`` may be read-only (and shared by the host's ranks).
-
-    They may where every caller said it never writes to them (checked apart), and no integer
-    Average divides them afterwards.
-    """
-    return not (meta.op == ReduceOp.Average and is_integer(dtype))
 
 
 class Member(typing.NamedTuple):
