@@ -102,7 +102,10 @@ def test_the_engine_transports_and_kernels_import_no_tensorflow():
     assert framework == {}
 
 
-def test_the_engine_makes_no_mpi_data_calls():
+def test_the_engine_makes_no_mpi_calls_of_its_own():
+    importers = [p.name for p in (PACKAGE / "engine").rglob("*.py") if "mpi4py" in {
+        n.split(".")[0] for n in _imports(p)}]  # fmt: skip
+    assert importers == [], "the engine reaches MPI through its transport and control channel"
     calls = {}
     for path in (PACKAGE / "engine").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

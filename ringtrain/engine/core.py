@@ -1,23 +1,21 @@
-"""The background engine: one thread per rank that does all of ringtrain's MPI traffic.
+"""The background engine: one thread per rank that runs ringtrain's collectives.
 
 Each rank's thread sends its new submissions to the coordinator (rank 0) as small pickled
-metas (never tensor data) over a private control communicator. Rank 0 matches them across
-ranks and sends every rank the same ordered list of responses, which each rank then runs on
-a second private communicator. The thread sleeps between checks, but a local submission wakes
-it at once, so latency is not rounded up to the cycle time.
+metas (never tensor data) over the control channel (``transport.control``). Rank 0 matches
+them across ranks and sends every rank the same ordered list of responses, which each rank
+plans (``planner``) and runs (``executor``) through its transport (``transport.router``):
+the engine makes no MPI call of its own. The thread sleeps between checks, but a local
+submission wakes it at once, so latency is not rounded up to the cycle time.
 
 The engine works in turns, and one thread at a time takes them: in a job of two ranks or
 more, a blocking call's caller takes them itself while the engine thread is between turns
 (``ringtrain.engine.turns`` owns that, and states its invariants).
 """
 
-import pickle
 import sys
 import threading
 import time
 import traceback
-
-from mpi4py import MPI
 
 from ringtrain.buffers import BufferPool
 from ringtrain.engine import messages
@@ -34,10 +32,8 @@ from ringtrain.errors import (
     RingtrainError,
     StallError,
 )
+from ringtrain.transport.control import ControlChannel
 from ringtrain.transport.router import Transport
-
-_TAG_REQUEST = 11
-_TAG_RESPONSE = 12
 
 
 class Engine:
@@ -46,14 +42,13 @@ class Engine:
     A blocking call's caller runs them itself while it waits, when it can (``wait``).
     """
 
-    def __init__(self, comm: MPI.Comm, settings, topology):
+    def __init__(self, comm, settings, topology):
         self.settings = settings
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self._ctrl = comm.Dup()
-        self._data = comm.Dup()
+        self._control = ControlChannel(comm)
         self._pool = BufferPool()
-        self.transport = Transport(self._data, topology, settings, self._pool)
+        self.transport = Transport(comm, topology, settings, self._pool)
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.transport, self._pool, self._timeline)
@@ -68,8 +63,6 @@ class Engine:
         self._withdrawals: list[str] = []  # names to take back from the coordinator
         self._inflight: dict[str, Request] = {}
         self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
-        self._sends: list[MPI.Request] = []
-        self._status = MPI.Status()  # reused by every turn's probe
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
         self._stopped = False  # a STOP response has been run
@@ -170,11 +163,9 @@ class Engine:
         with self._lock:
             self._shutdown_asked = True
         self._turns.join()
-        # Every control message has been matched (see _finish), so this cannot block long.
-        MPI.Request.Waitall(self._sends)
+        # Every control message has been matched (ControlChannel.finish): this cannot block.
+        self._control.close()
         self.transport.free()
-        self._ctrl.Free()
-        self._data.Free()
         self.stop_timeline()
 
     def wait(self, handle):
@@ -195,7 +186,7 @@ class Engine:
         )
         sys.stderr.flush()
         self._stop(EngineStoppedError(f"engine failed: {err!r}"))
-        self._ctrl.Abort(1)  # Open MPI ends every process of the job, not only this group
+        self._control.abort(1)
 
     def _turn_once(self) -> bool:
         """Send new submissions, coordinate or take responses, run them (one turn).
@@ -206,47 +197,28 @@ class Engine:
         if self._coordinator is not None:
             responses = self._coordinate()
             if responses:
-                wire = messages.to_wire(responses)
-                payload = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
-                for dest in range(1, self.size):
-                    self._sends.append(self._ctrl.isend(payload, dest, _TAG_RESPONSE))
+                self._control.respond(messages.to_wire(responses))
         else:
             responses = []
-            while (message := self._ctrl.improbe(0, _TAG_RESPONSE)) is not None:
-                responses.extend(messages.from_wire(pickle.loads(message.recv())))
+            for wire in self._control.responses():
+                responses.extend(messages.from_wire(wire))
         for response in responses:
             if response.kind == messages.WITHDRAWN:
                 self._forget(response)
                 continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
-                self._finish()
+                self._control.finish(messages.FINISHED)
                 self._stopped = True
                 return True
             self._execute(response)
-        if self._sends:
-            self._sends = [r for r in self._sends if not r.Test()]
+        self._control.settle_sends()
         return active or bool(responses)
 
     def _cached(self, meta):
         """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
         cached = self._cache.get(meta.name)
         return cached[1] if cached is not None and cached[0] == meta else meta
-
-    def _finish(self):
-        """Leave no control message unmatched, so freed communicators carry nothing stale.
-
-        A message left in flight on a freed communicator can corrupt the next communicator
-        that MPI builds with the same context id. Each rank sends the coordinator a last
-        message, after all its others; the coordinator drains until it has every one.
-        """
-        if self._coordinator is None:
-            self._sends.append(self._ctrl.isend(messages.FINISHED, 0, _TAG_REQUEST))
-            return
-        finished = 0
-        while finished < self.size - 1:
-            if self._ctrl.recv(source=MPI.ANY_SOURCE, tag=_TAG_REQUEST) == messages.FINISHED:
-                finished += 1
 
     def _send_submissions(self) -> bool:
         if not self._outbox and not self._shutdown_asked and not self._withdrawals:
@@ -268,14 +240,13 @@ class Engine:
         if self._coordinator is not None:
             self._coordinator.add(self.rank, entries)
         else:
-            self._sends.append(self._ctrl.isend(entries, 0, _TAG_REQUEST))
+            self._control.submit(entries)
         return True
 
     def _coordinate(self):
         coordinator = self._coordinator
-        status = self._status
-        while (message := self._ctrl.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)) is not None:
-            coordinator.add(status.Get_source(), message.recv())
+        for source, entries in self._control.submissions():
+            coordinator.add(source, entries)
         responses = coordinator.responses()
         now = time.monotonic()
         if now >= self._next_stall_check:

@@ -35,7 +35,7 @@ _REDUCE_SCATTER = Collective.REDUCE_SCATTER
 
 
 class Transport:
-    """Every collective of one rank over ``comm`` (a private communicator); see the module.
+    """Every collective of one rank over a duplicate of ``comm``; see the module docstring.
 
     Built collectively over ``comm``, whose ``topology`` it is. How calls run must match on
     every rank, so rank 0's ``settings`` (ring chunk, shared-memory sizes, hierarchical)
@@ -43,6 +43,7 @@ class Transport:
     """
 
     def __init__(self, comm: MPI.Comm, topology, settings, pool: BufferPool):
+        comm = self._comm = comm.Dup()  # tensor data never shares a channel with the user's
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         hierarchical = hierarchical_wanted(
@@ -146,6 +147,7 @@ class Transport:
         """Free the communicators this transport made (not the one it was given)."""
         if self.hierarchical is not None:
             self.hierarchical.free()
+        self._comm.Free()
 
 
 def _host_contiguous(array) -> bool:

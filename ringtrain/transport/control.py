@@ -1,0 +1,78 @@
+"""The engine's control channel: small pickled messages between the ranks and rank 0.
+
+Each rank sends its new submissions (metas, never tensor data) to the coordinator, rank 0;
+rank 0 sends every other rank the same ordered responses. All of it runs on a private
+duplicate of the engine's communicator, apart from the tensor data's, and every send is
+non-blocking: the engine polls for what has arrived and never waits here, except at
+``finish``.
+"""
+
+import pickle
+
+from mpi4py import MPI
+
+_TAG_REQUEST = 11
+_TAG_RESPONSE = 12
+
+
+class ControlChannel:
+    """One rank's end of the control channel over a duplicate of ``comm`` (collective)."""
+
+    def __init__(self, comm: MPI.Comm):
+        self._comm = comm.Dup()
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+        self._sends: list[MPI.Request] = []
+        self._status = MPI.Status()  # reused by every probe
+
+    def submit(self, entries) -> None:
+        """Send ``entries`` (a list of metas, cache ids, withdrawals...) to the coordinator."""
+        self._sends.append(self._comm.isend(entries, 0, _TAG_REQUEST))
+
+    def submissions(self):
+        """Yield (rank, entries) for every submission that has reached the coordinator."""
+        status = self._status
+        while (message := self._comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)) is not None:
+            yield status.Get_source(), message.recv()
+
+    def respond(self, wire) -> None:
+        """Send ``wire`` (responses in their wire form) to every other rank, pickled once."""
+        payload = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
+        for dest in range(1, self.size):
+            self._sends.append(self._comm.isend(payload, dest, _TAG_RESPONSE))
+
+    def responses(self) -> list:
+        """Return the wire forms of every response that has reached this rank, in order."""
+        received = []
+        while (message := self._comm.improbe(0, _TAG_RESPONSE)) is not None:
+            received.append(pickle.loads(message.recv()))
+        return received
+
+    def settle_sends(self) -> None:
+        """Forget the sends that have completed."""
+        if self._sends:
+            self._sends = [r for r in self._sends if not r.Test()]
+
+    def finish(self, last) -> None:
+        """Leave no control message unmatched, so a freed communicator carries nothing stale.
+
+        A message left in flight on a freed communicator can corrupt the next communicator
+        that MPI builds with the same context id. Each rank sends the coordinator ``last``
+        after all its other messages; the coordinator drains until it has every rank's.
+        """
+        if self.rank != 0:
+            self._sends.append(self._comm.isend(last, 0, _TAG_REQUEST))
+            return
+        finished = 0
+        while finished < self.size - 1:
+            if self._comm.recv(source=MPI.ANY_SOURCE, tag=_TAG_REQUEST) == last:
+                finished += 1
+
+    def close(self) -> None:
+        """Wait for this rank's sends (all matched after ``finish``) and free the channel."""
+        MPI.Request.Waitall(self._sends)
+        self._comm.Free()
+
+    def abort(self, status: int) -> None:
+        """End the whole job with ``status`` (Open MPI ends every process, not this group)."""
+        self._comm.Abort(status)
