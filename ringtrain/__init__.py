@@ -42,6 +42,7 @@ from ringtrain.api import (
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.errors import (
+    CollectiveTimeoutError,
     DuplicateNameError,
     EngineStoppedError,
     MismatchError,
@@ -55,6 +56,7 @@ from ringtrain.process_sets import ProcessSet, global_process_set
 __all__ = [
     "Adasum",
     "Average",
+    "CollectiveTimeoutError",
     "DuplicateNameError",
     "EngineStoppedError",
     "Max",

@@ -23,3 +23,14 @@ class StallError(RingtrainError):
 
 class EngineStoppedError(RingtrainError):
     """The background engine has stopped, so no further collective can complete."""
+
+
+class CollectiveTimeoutError(RingtrainError):
+    """A peer made no progress in a collective for ``RINGTRAIN_COLLECTIVE_TIMEOUT`` seconds.
+
+    ``hosts`` names the hosts of the ranks that were waited for.
+    """
+
+    def __init__(self, message: str, hosts=()):
+        super().__init__(message)
+        self.hosts = tuple(hosts)

@@ -20,6 +20,12 @@ class Settings:
     timeline: str | None = None
     stall_check_seconds: float = 60.0
     stall_shutdown_seconds: float | None = None
+    # A collective whose peer makes no progress for this many seconds fails on every rank
+    # that can still act, and the job ends; 0 turns it off. Once every rank has started a
+    # collective, its peers move a chunk every few milliseconds (seconds over a slow link);
+    # five minutes leaves room for a swapped-out or oversubscribed rank, and ends a hang
+    # long before a person would notice it.
+    collective_timeout: float = 300.0
     cache_capacity: int = 1024
     ring_chunk_bytes: int = 1024 * 1024
     # Calls of up to this many bytes run through shared memory when every rank is on one
@@ -94,6 +100,7 @@ _FIELDS = {
         "STALL_SHUTDOWN_SECONDS",
         _parse_number(float, 0.0, strict_min=True, optional=True),
     ),
+    "collective_timeout": ("COLLECTIVE_TIMEOUT", _parse_number(float, 0.0)),
     "cache_capacity": ("CACHE_CAPACITY", _parse_number(int, 0)),
     "ring_chunk_bytes": ("RING_CHUNK_BYTES", _parse_number(int, 1)),
     "shared_memory_bytes": ("SHARED_MEMORY_BYTES", _parse_number(int, 0)),

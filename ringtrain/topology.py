@@ -13,7 +13,8 @@ import dataclasses
 class Topology:
     """Ranks and sizes of one process in its communicator, its host and across hosts.
 
-    ``hosts[r]`` names the host of communicator rank ``r`` by the lowest rank on it.
+    ``hosts[r]`` names the host of communicator rank ``r`` by the lowest rank on it, and
+    ``host_names[r]`` by its name (``MPI_Get_processor_name``), for messages.
     """
 
     rank: int
@@ -23,6 +24,7 @@ class Topology:
     cross_rank: int
     cross_size: int
     hosts: tuple[int, ...]
+    host_names: tuple[str, ...]
 
     @property
     def homogeneous(self) -> bool:
@@ -62,6 +64,7 @@ def discover(comm) -> Topology:
     cross = comm.Split(color=local.Get_rank(), key=comm.Get_rank())
     try:
         leader = local.bcast(comm.Get_rank(), root=0)
+        everyone = comm.allgather((leader, MPI.Get_processor_name()))
         return Topology(
             comm.Get_rank(),
             comm.Get_size(),
@@ -69,7 +72,8 @@ def discover(comm) -> Topology:
             local.Get_size(),
             cross.Get_rank(),
             cross.Get_size(),
-            tuple(comm.allgather(leader)),
+            tuple(host for host, _ in everyone),
+            tuple(name for _, name in everyone),
         )
     finally:
         local.Free()

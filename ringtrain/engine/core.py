@@ -26,6 +26,7 @@ from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.stall import StallInspector
 from ringtrain.engine.turns import Turns
 from ringtrain.errors import (
+    CollectiveTimeoutError,
     DuplicateNameError,
     EngineStoppedError,
     MismatchError,
@@ -179,13 +180,18 @@ class Engine:
 
     def _abort(self, err, where):
         """Fail every pending handle and end the job: a rank lost mid-collective hangs the rest."""
-        what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
-        sys.stderr.write(
-            f"ringtrain: rank {self.rank}: the engine {what} in {where}; aborting the job so "
-            f"no rank hangs in a collective:\n{traceback.format_exc()}"
-        )
+        if isinstance(err, CollectiveTimeoutError):
+            # The message names the peers and the tensors; the transport's stack adds nothing.
+            sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
+        else:
+            what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+            sys.stderr.write(
+                f"ringtrain: rank {self.rank}: the engine {what} in {where}; aborting the job "
+                f"so no rank hangs in a collective:\n{traceback.format_exc()}"
+            )
+            err = EngineStoppedError(f"engine failed: {err!r}")
         sys.stderr.flush()
-        self._stop(EngineStoppedError(f"engine failed: {err!r}"))
+        self._stop(err)
         self._control.abort(1)
 
     def _turn_once(self) -> bool:
@@ -281,7 +287,13 @@ class Engine:
             ids = response.cache_ids.get(request.meta.name) if request is not None else None
             if ids and ids[self.rank] is not None:
                 self._cache[request.meta.name] = (request.meta, ids[self.rank])
-        results = self._executor.run(response, requests)
+        try:
+            results = self._executor.run(response, requests)
+        except CollectiveTimeoutError as err:
+            names = ", ".join(repr(n) for n in response.names[:4])
+            more = f" and {len(response.names) - 4} more" if len(response.names) > 4 else ""
+            running = f"{response.kind} of {names}{more}"
+            raise CollectiveTimeoutError(f"{err}; it was running {running}", err.hosts) from None
         for request, result in zip(requests, results, strict=True):
             if request is not None:
                 request.handle.complete(result)

@@ -27,6 +27,7 @@ from ringtrain.api import (
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.errors import (
+    CollectiveTimeoutError,
     DuplicateNameError,
     EngineStoppedError,
     MismatchError,
@@ -74,6 +75,7 @@ __all__ = [
     "global_process_set",
     "remove_process_set",
     "Average",
+    "CollectiveTimeoutError",
     "Compression",
     "DistributedGradientTape",
     "DistributedOptimizer",

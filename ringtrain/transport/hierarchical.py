@@ -25,11 +25,17 @@ _MPI_OPS = {
 class HierarchicalAllreduce:
     """The allreduce of one rank split by host (module docstring); built collectively."""
 
-    def __init__(self, comm: MPI.Comm, topology, chunk_bytes: int, pool):
-        self._local = comm.Split(color=topology.host, key=comm.Get_rank())
+    def __init__(self, comm: MPI.Comm, topology, chunk_bytes: int, pool, waiter):
+        rank = comm.Get_rank()
+        self._local = comm.Split(color=topology.host, key=rank)
+        self._local_ranks = topology.local_ranks()
+        self._waiter = waiter
         is_leader = self._local.Get_rank() == 0
-        cross = comm.Split(0 if is_leader else MPI.UNDEFINED, key=comm.Get_rank())
-        self._across = MessageTransport(cross, chunk_bytes, pool) if is_leader else None
+        cross = comm.Split(0 if is_leader else MPI.UNDEFINED, key=rank)
+        self._across = None
+        if is_leader:
+            leaders = sorted(set(topology.hosts))
+            self._across = MessageTransport(cross, chunk_bytes, pool, waiter, leaders)
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
@@ -38,8 +44,10 @@ class HierarchicalAllreduce:
         """
         mpi_op = _MPI_OPS[op]
         across = self._across
+        wait, what = self._waiter.wait, f"a hierarchical allreduce of {src.nbytes} bytes"
         if across is not None:
-            self._local.Reduce(MPI.IN_PLACE if src is dst else src, dst, mpi_op, root=0)
+            send = MPI.IN_PLACE if src is dst else src
+            wait(self._local.Ireduce(send, dst, mpi_op, root=0), self._local_ranks, what)
             if across.size > 1:
                 bounds = segment_bounds(len(dst), across.size)
                 reduced = across.ring(dst, dst, op, postscale, bounds, allgather=True)
@@ -47,9 +55,9 @@ class HierarchicalAllreduce:
                 copy_scaled(dst, dst, postscale)
                 reduced = time.perf_counter_ns()
         else:
-            self._local.Reduce(src, None, mpi_op, root=0)
+            wait(self._local.Ireduce(src, None, mpi_op, root=0), self._local_ranks, what)
             reduced = time.perf_counter_ns()
-        self._local.Bcast(dst, root=0)
+        wait(self._local.Ibcast(dst, root=0), self._local_ranks, what)
         return reduced
 
     def free(self) -> None:

@@ -24,14 +24,20 @@ _WINDOW = 4  # receives posted ahead of the one being reduced
 
 
 class MessageTransport:
-    """The collectives of one rank over ``comm`` (a private communicator), as MPI messages."""
+    """The collectives of one rank over ``comm`` (a private communicator), as MPI messages.
 
-    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool: BufferPool):
+    Every wait goes through ``waiter`` (``progress.Waiter``), which names the peers of a
+    collective that stops making progress; ``ranks`` maps ``comm``'s ranks to the waiter's.
+    """
+
+    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool: BufferPool, waiter, ranks):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.chunk_bytes = chunk_bytes
         self._pool = pool
+        self._waiter = waiter
+        self._ranks = tuple(ranks)
         self._right = (self.rank + 1) % self.size
         self._left = (self.rank - 1) % self.size
 
@@ -65,6 +71,9 @@ class MessageTransport:
         final_sends = [] if in_place else first_sends
         posted = deque()
         next_recv = 0
+        wait, wait_all = self._waiter.wait, self._waiter.wait_all
+        left_peer, right_peer = [self._ranks[left]], [self._ranks[right]]
+        what = f"a ring of {src.nbytes} bytes"
 
         def post_ahead():
             nonlocal next_recv, hazard_sends
@@ -75,7 +84,7 @@ class MessageTransport:
                     target = scratch[slot : slot + hi - lo]
                 else:
                     if hazard_sends:
-                        MPI.Request.Waitall(hazard_sends)
+                        wait_all(hazard_sends, right_peer, what)
                         hazard_sends = []
                     target = dst[lo:hi]
                 posted.append((comm.Irecv(target, left, _TAG), t, lo, hi, target))
@@ -85,7 +94,7 @@ class MessageTransport:
         reduce_scatter_end = time.perf_counter_ns()
         while posted:
             request, t, lo, hi, target = posted.popleft()
-            request.Wait()
+            wait(request, left_peer, what)
             if steps[t].reduce:
                 scale = postscale if t == last_reduce else 1.0
                 backend.reduce(dst[lo:hi], src[lo:hi], target, op, scale)
@@ -94,26 +103,33 @@ class MessageTransport:
                 sends = hazard_sends if t < last_reduce else final_sends
                 sends.append(comm.Isend(dst[lo:hi], right, _TAG))
             post_ahead()
-        MPI.Request.Waitall(hazard_sends + final_sends)
+        wait_all(hazard_sends + final_sends, right_peer, what)
         return reduce_scatter_end
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
-        self.comm.Allgatherv([send, MPI.BYTE], [recv, (counts, displacements), MPI.BYTE])
+        request = self.comm.Iallgatherv([send, MPI.BYTE], [recv, (counts, displacements), MPI.BYTE])
+        self._waiter.wait(request, self._others(), f"an allgather of {recv.nbytes} bytes")
 
     def broadcast(self, buffer, root: int) -> None:
         """Overwrite the bytes ``buffer`` on every rank with ``root``'s."""
-        self.comm.Bcast([buffer, MPI.BYTE], root=root)
+        request = self.comm.Ibcast([buffer, MPI.BYTE], root=root)
+        self._waiter.wait(request, self._others(), f"a broadcast of {buffer.nbytes} bytes")
 
     def alltoallv(self, send, sent, recv, got) -> None:
         """Send ``sent[r]`` bytes of ``send`` to rank r, and take ``got[r]`` bytes from it.
 
         Each side's pieces lie end to end, in rank order.
         """
-        self.comm.Alltoallv(
+        request = self.comm.Ialltoallv(
             [send, (sent, displacements(sent)), MPI.BYTE],
             [recv, (got, displacements(got)), MPI.BYTE],
         )
+        self._waiter.wait(request, self._others(), f"an alltoall of {recv.nbytes} bytes in")
+
+    def _others(self) -> list[int]:
+        """Return the waiter's ranks of every other rank: whom a collective may wait for."""
+        return [r for i, r in enumerate(self._ranks) if i != self.rank]
 
     def adasum(self, vector, scratch) -> None:
         """Combine every rank's ``vector`` by Adasum, in place; ``scratch`` is as large."""

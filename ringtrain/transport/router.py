@@ -28,6 +28,7 @@ from ringtrain.transport.choice import (
 from ringtrain.transport.hierarchical import HierarchicalAllreduce
 from ringtrain.transport.local import copy_scaled
 from ringtrain.transport.messages import MessageTransport
+from ringtrain.transport.progress import Waiter
 from ringtrain.transport.shared import SharedRegions, SharedRing
 
 _ALLREDUCE = Collective.ALLREDUCE
@@ -38,8 +39,8 @@ class Transport:
     """Every collective of one rank over a duplicate of ``comm``; see the module docstring.
 
     Built collectively over ``comm``, whose ``topology`` it is. How calls run must match on
-    every rank, so rank 0's ``settings`` (ring chunk, shared-memory sizes, hierarchical)
-    win. ``pool`` holds the scratch buffers.
+    every rank, so rank 0's ``settings`` (ring chunk, shared-memory sizes, hierarchical, the
+    collective timeout) win. ``pool`` holds the scratch buffers.
     """
 
     def __init__(self, comm: MPI.Comm, topology, settings, pool: BufferPool):
@@ -49,21 +50,26 @@ class Transport:
         hierarchical = hierarchical_wanted(
             settings.hierarchical_allreduce, topology.host_count, topology.most_per_host
         )
-        self.chunk_bytes, shared_bytes, result_bytes, hierarchical = comm.bcast(
+        self.chunk_bytes, shared_bytes, result_bytes, hierarchical, timeout = comm.bcast(
             (
                 settings.ring_chunk_bytes,
                 settings.shared_memory_bytes,
                 settings.shared_result_bytes,
                 hierarchical,
+                settings.collective_timeout,
             ),
             root=0,
         )
-        self.messages = MessageTransport(comm, self.chunk_bytes, pool)
+        self.waiter = Waiter(timeout, self.rank, topology.host_names)
+        everyone = range(self.size)
+        self.messages = MessageTransport(comm, self.chunk_bytes, pool, self.waiter, everyone)
         self.hierarchical = None
         self.shared = None
         self.attach = None
         if hierarchical:
-            self.hierarchical = HierarchicalAllreduce(comm, topology, self.chunk_bytes, pool)
+            self.hierarchical = HierarchicalAllreduce(
+                comm, topology, self.chunk_bytes, pool, self.waiter
+            )
         elif shared_bytes > 0 and self.size > 1 and topology.one_host:
             regions = SharedRegions(comm, shared_bytes, result_bytes)
             if regions.available:
