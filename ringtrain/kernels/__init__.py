@@ -1,6 +1,7 @@
 """The kernel seam: picks the CPU or CUDA backend that packs, unpacks and reduces fusion buffers.
 
-Both backends are modules with the same functions, so the ring never asks which one it holds:
+Both backends, ``cpu`` (numba, without the GIL) and ``cuda`` (numba-cuda), are modules with
+the same functions, so the executor and the transports never ask which one they hold:
 
 - ``pack(sources, buffer, offsets, scale=1.0)``: copy each tensor, times ``scale``, into the 1-D
   ``buffer`` from its element offset on, widening float16 and bfloat16 to a float32 buffer.

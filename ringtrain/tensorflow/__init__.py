@@ -1,6 +1,13 @@
 """ringtrain for TensorFlow 2 (import it as ``hvd``): collectives on tf.Tensors and training.
 
 Everything works eagerly and inside ``tf.function`` (not under XLA, ``jit_compile=True``).
+
+- ``bridge``: the two ``tf.numpy_function`` ops that hand tensors to the engine and wait.
+- ``collectives``: the collectives on tf.Tensors, with gradients; ``exchange``: many at once.
+- ``gradient_tape``, ``keras`` (optimizer, callbacks): training; ``local_sources``: variables
+  whose gradients stay on their rank; ``compression``: Horovod's compression strategies.
+- ``sync_batch_norm``, ``elastic`` (TensorFlow states), ``topology`` (the job's shape as ops).
+- ``compat``: everything that depends on the TensorFlow or Keras version.
 """
 
 import os

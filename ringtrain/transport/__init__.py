@@ -9,4 +9,5 @@
 - ``attach``: the ring that reads peers' buffers in place (``process_vm_readv``).
 - ``hierarchical``: reduce within hosts, ring across them, broadcast within them.
 - ``schedule``: the ring's pure schedule; ``local``: the route of a one-rank call.
+- ``control``: the engine's control channel (submissions to rank 0, its responses, the abort).
 """
