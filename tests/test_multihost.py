@@ -5,10 +5,13 @@ hostname (see ``multihost/netns_cluster.py``); Open MPI reaches them through a r
 agent instead of ssh. Needs root and ``ip`` (iproute2); skipped where namespaces cannot be made.
 """
 
+import contextlib
 import os
 import re
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ ELASTIC_JOB = REPO / "tests/elastic/numpy_job.py"
 pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("alone")]
 SLOTS = [2, 1, 1]
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
+TIMEOUT = 5  # RINGTRAIN_COLLECTIVE_TIMEOUT of the tests whose host stops answering
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +136,59 @@ def test_an_elastic_job_grows_onto_other_hosts_and_survives_a_crash_there(cluste
     launches = [launch for _, _, launch in result["history"]]
     assert launches == ["0"] * switch + ["1"] * (40 - switch) + ["2"] * 80
     assert result["resets"] == [4]
+
+
+@pytest.mark.parametrize("mode", ["stop", "down", "loss"])
+def test_a_host_that_stops_answering_ends_the_job_naming_it(cluster, mode):
+    """Rank 3, alone on the third host, freezes or loses its link at step 3 of 200."""
+    names, _ = cluster
+    done, _ = _launch(
+        cluster,
+        str(SCRIPTS / "stalled_peer.py"), mode, "3", "200", "1",
+        settings={"RINGTRAIN_COLLECTIVE_TIMEOUT": str(TIMEOUT)},
+    )  # fmt: skip
+    ended = time.time()
+    assert done.returncode != 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    fault = re.search(rf"rank 3 on {names[2]}: {mode} at ([\d.]+)", done.stdout)
+    assert fault, done.stdout
+    assert ended - float(fault[1]) < TIMEOUT + 30, f"ended {ended - float(fault[1]):.1f} s after"
+    blamed = rf"ringtrain: error: rank \d on \S+ waited \d+ s for rank 3 on {names[2]} during"
+    assert re.search(blamed, done.stderr), done.stderr
+    assert not _left_running(names, "stalled_peer.py")
+
+
+def test_a_slow_but_moving_transfer_does_not_trip_the_timeout(cluster):
+    """Links of 20 Mbit/s: 16 MiB allreduces take seconds each, one chunk well under one."""
+    names, _ = cluster
+    for name in names:
+        _tc(name, "add", "dev", "eth0", "root", "tbf", "rate", "20mbit", "burst", "64kb",
+            "latency", "400ms")  # fmt: skip
+    try:
+        done, took = _launch(
+            cluster,
+            str(SCRIPTS / "stalled_peer.py"), "none", "0", "2", "16",
+            settings={"RINGTRAIN_COLLECTIVE_TIMEOUT": "2"},
+        )  # fmt: skip
+    finally:
+        for name in names:
+            _tc(name, "del", "dev", "eth0", "root")
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert len(re.findall(r"all 2 steps right", done.stdout)) == sum(SLOTS)
+
+
+def _tc(host, *args):
+    subprocess.run(["ip", "netns", "exec", host, "tc", "qdisc", *args], check=True, timeout=20)
+
+
+def _left_running(names, script):
+    """Return the processes running ``script`` in any of the hosts' namespaces."""
+    left = []
+    for name in names:
+        pids = subprocess.run(
+            ["ip", "netns", "pids", name], capture_output=True, text=True, timeout=20
+        ).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(FileNotFoundError):
+                if script in Path(f"/proc/{pid}/cmdline").read_text():
+                    left.append((name, pid))
+    return left

@@ -18,13 +18,18 @@ _FIRST_SLEEP = 20e-6
 # A sleep overshoots the message's arrival by this much at most: 3% of a 1 MiB chunk's time
 # at 1 Gbit/s (8.4 ms), for under 1% of a core while a rank waits.
 LONGEST_SLEEP = 250e-6
+# A rank that waits only for ranks of its own host waits this much longer: those usually wait
+# in turn for the host that stopped answering, and the rank that waits for that host itself
+# should be the one to report it.
+LOCAL_GRACE_SECONDS = 10.0
 
 
 class Waiter:
     """Waits on MPI requests of one rank; fails after ``timeout`` seconds without progress.
 
-    ``timeout`` 0 waits for ever (still sleeping between polls). ``rank`` and ``hosts``
-    (every rank's host name) name who waited for whom in the error.
+    ``timeout`` 0 waits for ever (still sleeping between polls); a wait for ranks of this
+    rank's own host only gets ``LOCAL_GRACE_SECONDS`` more. ``rank`` and ``hosts`` (every
+    rank's host name) name who waited for whom in the error.
     """
 
     def __init__(self, timeout: float, rank: int, hosts):
@@ -42,12 +47,15 @@ class Waiter:
             return
         began = time.perf_counter()
         pause = _FIRST_SLEEP
+        limit = self.timeout
+        if limit and all(self._hosts[p] == self._hosts[self._rank] for p in peers):
+            limit += LOCAL_GRACE_SECONDS
         while not request.Test():
             waited = time.perf_counter() - began
             if waited < SPIN_SECONDS:
                 os.sched_yield()
                 continue
-            if self.timeout and waited >= self.timeout:
+            if limit and waited >= limit:
                 raise self.timed_out(peers, what, waited)
             time.sleep(pause)
             pause = min(pause * 2, LONGEST_SLEEP)
