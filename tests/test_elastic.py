@@ -479,8 +479,8 @@ def test_placement_leaves_out_blacklisted_hosts_and_waits_for_min_np(tmp_path):
     assert elastic.wait_for_placement(options, blacklist) == ((Host("b", 2), Host("c", 1)), 3)
     blacklist.fail("c")  # b's 2 slots are fewer than --min-np 3
     with pytest.raises(LaunchError, match=re.escape(
-        "listed 2 usable slots (left out: a (cooling down), c (cooling down)), fewer than "
-        "--min-np 3, for --elastic-timeout 0.5 s"
+        "listed 2 usable slots of 5 (left out: a (cooling down), c (cooling down)), fewer "
+        "than --min-np 3, for --elastic-timeout 0.5 s"
     )):  # fmt: skip
         elastic.wait_for_placement(options, blacklist, patient=True)
     now[0] = 60.0  # the cool-downs are over

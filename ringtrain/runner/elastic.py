@@ -218,19 +218,26 @@ def wait_for_placement(
             where = placement(elastic, usable)
             if where is not None:
                 return where
-            slots = sum(host.slots for host in usable)
-            out = "".join(f" ({said})" for said in [blacklist.describe(found)] if said)
+            slots = _slots(usable, found, blacklist)
             if time.monotonic() >= deadline:
                 raise LaunchError(
-                    f"the host discovery script {elastic.script!r} listed {slots} usable slots"
-                    f"{out}, fewer than --min-np {elastic.min_np}, for --elastic-timeout "
-                    f"{elastic.timeout:g} s"
+                    f"the host discovery script {elastic.script!r} listed {slots}, fewer than "
+                    f"--min-np {elastic.min_np}, for --elastic-timeout {elastic.timeout:g} s"
                 )
-            news = f"waiting for {elastic.min_np} slots (--min-np); the hosts have {slots}{out}"
+            news = f"waiting for {elastic.min_np} slots (--min-np); the hosts have {slots}"
         if said != news:
             _say(news)
             said = news
         time.sleep(DISCOVERY_SECONDS)
+
+
+def _slots(usable, found, blacklist):
+    """Say how many slots ``usable`` has, and which hosts of ``found`` are left out."""
+    slots = sum(host.slots for host in usable)
+    listed = sum(host.slots for host in found)
+    if slots == listed:
+        return f"{slots} slots"
+    return f"{slots} usable slots of {listed} ({blacklist.describe(found)})"
 
 
 def _supervise(argv, where, elastic, blacklist):
