@@ -85,11 +85,7 @@ def _abort(status, what):
     mpi = sys.modules.get("mpi4py.MPI")
     live = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
     rank = mpi.COMM_WORLD.Get_rank() if live else _rank_from_environment()
-    print(
-        f"ringtrain-run: rank {rank} on host {socket.gethostname()} {what}; ending the job",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(contract.failed_line(rank, socket.gethostname(), what), file=sys.stderr, flush=True)
     if live:
         # Output reaches mpirun through its daemons, asynchronously; MPI_Abort tears them
         # down at once, which on a loaded machine lost this very message. Give it a moment.

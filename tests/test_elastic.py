@@ -10,6 +10,7 @@ that the weights are what those steps give.
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +22,8 @@ from mpi_launch import launch
 
 from ringtrain import contract, settings
 from ringtrain.elastic import ObjectState, commits, notices
-from ringtrain.runner import elastic, hosts
+from ringtrain.runner import elastic, hosts, watchdog
+from ringtrain.runner.blacklist import Blacklist, culprits
 from ringtrain.runner.hosts import Host, HostfileError
 from ringtrain.runner.job import LaunchError
 
@@ -163,6 +165,42 @@ def test_the_launcher_gives_up_after_the_reset_limit_and_keeps_the_commit(tmp_pa
     assert state_dir.is_dir()  # a directory the user named stays
 
 
+@pytest.mark.skipif(
+    socket.gethostname() in ("localhost", ""), reason="needs a second name for this machine"
+)
+def test_the_host_of_an_unreachable_rank_is_left_out_until_its_cooldown_ends(tmp_path):
+    """Two names of this machine stand for two hosts: ``localhost`` and its own name.
+
+    In the first launch rank 0 says that rank 2 (on the second host) stopped answering, and
+    fails. The job goes on from its last commit on the first host alone, and takes the
+    second host back at a commit once its cool-down is over.
+    """
+    other = socket.gethostname()
+    script = discovery.script(tmp_path, f"localhost:2,{other}:1")
+    done = _run(
+        tmp_path,
+        ["-np", "3", "--min-np", "2", "--blacklist-cooldown", "3"]
+        + ["--host-discovery-script", script],
+        steps=150,
+        every=5,
+        ELASTIC_LOSE="0:7:0:2",
+        ELASTIC_SLOW="0.05",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stopped answering" not in done.stdout + done.stderr  # the launcher's line only
+    assert f"host {other} failed (time 1 of --blacklist-limit 2); it is left out for 3 s" in (
+        done.stderr
+    )
+    assert "host localhost failed" not in done.stderr  # rank 0 failed, but for its lost peer
+    assert "generation 1: 2 ranks on localhost:2" in done.stderr
+    assert f"the hosts have changed (localhost:2, {other}:1)" in done.stderr
+    assert f"generation 2: 3 ranks on localhost:2, {other}:1" in done.stderr
+    result = _result(tmp_path, 150)
+    sizes = [size for _, size, _ in result["history"]]
+    back = sizes.index(3, 5)
+    assert sizes[:5] == [3] * 5 and set(sizes[5:back]) == {2} and set(sizes[back:]) == {3}
+
+
 def test_a_stopped_launcher_does_not_relaunch(tmp_path):
     script = discovery.script(tmp_path, "localhost:2")
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
@@ -223,6 +261,8 @@ def test_a_failing_discovery_script_is_an_error_that_names_it(tmp_path):
     [
         (["--min-np", "1"], "--min-np needs --host-discovery-script"),
         (["--reset-limit", "2"], "--reset-limit needs --host-discovery-script"),
+        (["--blacklist-cooldown", "5"], "--blacklist-cooldown needs --host-discovery-script"),
+        (["--blacklist-limit", "1"], "--blacklist-limit needs --host-discovery-script"),
         (["--host-discovery-script", "x", "-H", "a:2"], "drop -H/--hostfile"),
         (["--host-discovery-script", "x", "--start-timeout", "5"], "--start-timeout cannot"),
     ],
@@ -272,6 +312,8 @@ def test_placement_takes_slots_in_order_up_to_max_np():
         ({"slots_per_host": 0}, "--slots-per-host must be at least 1, not 0"),
         ({"timeout": 0.0}, "--elastic-timeout must be positive, not 0"),
         ({"reset_limit": -1}, "--reset-limit must be at least 0, not -1"),
+        ({"blacklist_cooldown": -1.0}, "--blacklist-cooldown must be at least 0, not -1"),
+        ({"blacklist_limit": 0}, "--blacklist-limit must be at least 1, not 0"),
     ],
 )
 def test_bad_elastic_options_are_named(changes, message):
@@ -349,9 +391,10 @@ def test_a_relaunch_asks_a_failing_discovery_script_again(tmp_path, capsys):
     script.chmod(0o755)
     options = _options(script=str(script), timeout=30.0)
     with pytest.raises(LaunchError, match="exited with status 5"):
-        elastic.wait_for_placement(options)  # a first launch fails at once
+        elastic.wait_for_placement(options, options.blacklist())  # a first launch fails at once
     calls.unlink()
-    assert elastic.wait_for_placement(options, patient=True) == ((Host("n1", 2),), 2)
+    found = elastic.wait_for_placement(options, options.blacklist(), patient=True)
+    assert found == ((Host("n1", 2),), 2)
     said = capsys.readouterr().err
     assert "exited with status 5: (nothing on stderr); asking again" in said
     assert "cannot parse 'a:b:c'" in said
@@ -391,3 +434,76 @@ def test_keras_callbacks_commit_between_epochs_after_the_state_is_updated():
     # at the end), once the epoch and batch were updated.
     assert state.log == [(1, 0), (1, 2), (2, 0), (2, 0), (2, 1), (2, 3), (3, 0)]
     assert (state.epoch, state.batch) == (3, 0)
+
+
+def test_a_failed_host_is_left_out_until_its_cooldown_ends():
+    now = [100.0]
+    blacklist = Blacklist(cooldown=30.0, limit=3, clock=lambda: now[0])
+    found = [Host("a", 2), Host("b", 1), Host("c", 4)]
+    assert blacklist.usable(found) == found and blacklist.describe(found) == ""
+    said = blacklist.fail("b")
+    assert (
+        said
+        == "failed (time 1 of --blacklist-limit 3); it is left out for 30 s (--blacklist-cooldown)"
+    )
+    assert blacklist.usable(found) == [Host("a", 2), Host("c", 4)]
+    assert blacklist.describe(found) == "left out: b (cooling down)"
+    now[0] = 129.9
+    assert blacklist.left_out("b") and not blacklist.left_out("a")
+    now[0] = 130.0
+    assert not blacklist.left_out("b") and blacklist.usable(found) == found
+    assert not blacklist.dropped("b")
+
+
+def test_a_host_that_keeps_failing_is_dropped_for_good():
+    now = [0.0]
+    blacklist = Blacklist(cooldown=10.0, limit=2, clock=lambda: now[0])
+    blacklist.fail("a")
+    now[0] = 10.0
+    assert not blacklist.left_out("a")
+    assert blacklist.fail("a") == "failed 2 times (--blacklist-limit 2); it is left out for good"
+    now[0] = 1e9
+    assert blacklist.dropped("a") and blacklist.left_out("a")
+    assert blacklist.describe([Host("a", 1), Host("b", 1)]) == "left out: a (for good)"
+    once = Blacklist(cooldown=0.0, limit=1, clock=lambda: now[0])
+    once.fail("b")
+    assert once.left_out("b")  # a limit of 1 drops at the first failure, whatever the cool-down
+
+
+def test_placement_leaves_out_blacklisted_hosts_and_waits_for_min_np(tmp_path):
+    script = discovery.script(tmp_path, "a:2,b:2,c:1")
+    options = _options(script=script, min_np=3, max_np=4, timeout=0.5)
+    now = [0.0]
+    blacklist = Blacklist(cooldown=60.0, limit=3, clock=lambda: now[0])
+    blacklist.fail("a")
+    assert elastic.wait_for_placement(options, blacklist) == ((Host("b", 2), Host("c", 1)), 3)
+    blacklist.fail("c")  # b's 2 slots are fewer than --min-np 3
+    with pytest.raises(LaunchError, match=re.escape(
+        "listed 2 usable slots of 5 (left out: a (cooling down), c (cooling down)), fewer "
+        "than --min-np 3, for --elastic-timeout 0.5 s"
+    )):  # fmt: skip
+        elastic.wait_for_placement(options, blacklist, patient=True)
+    now[0] = 60.0  # the cool-downs are over
+    assert elastic.wait_for_placement(options, blacklist) == ((Host("a", 2), Host("b", 2)), 4)
+
+
+def test_the_hosts_to_blame_are_those_of_unreachable_ranks_else_of_failed_ones():
+    placed = (Host("a", 2), Host("b", 1), Host("c", 2))  # ranks 0-1 on a, 2 on b, 3-4 on c
+    assert culprits(placed, set(), set()) == []
+    assert culprits(placed, {2}, {0, 1}) == ["b"]  # a's ranks failed because b went away
+    assert culprits(placed, {4, 2}, set()) == ["b", "c"]
+    assert culprits(placed, set(), {3}) == ["c"]
+    assert culprits(placed, set(), {0, 2, 4}) == []  # every host failed: blame none
+    assert culprits((Host("a", 3),), set(), {1}) == []  # one host: nothing to go on without
+
+
+def test_the_relay_notes_the_contract_lines_and_hides_those_not_for_people():
+    heard = watchdog.Heard()
+    lines = [
+        b"[1,3]<stdout>: " + contract.started_line(3).encode(),
+        b"[1,0]<stderr>: " + contract.unreachable_line(2, "node2").encode(),
+        b"[1,0]<stderr>: " + contract.failed_line(0, "node1", "raised TimeoutError: x").encode(),
+        b"[1,1]<stderr>: rank 1 on host node1 says hello",
+    ]
+    assert [heard.note(line) for line in lines] == [True, True, False, False]
+    assert heard == watchdog.Heard(started={3}, failed={0}, unreachable={2})

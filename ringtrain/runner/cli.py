@@ -29,7 +29,9 @@ whole job when one rank raises or exits non-zero. The exit status is the job's; 
 
 With --host-discovery-script the job is elastic: the script prints the hosts it may use now
 ('host:slots' lines), and the job is relaunched on them when a rank fails or the hosts
-change, resuming from the state that ringtrain.elastic committed last.
+change, resuming from the state that ringtrain.elastic committed last. A host that failed
+the job is left out of the next launches for --blacklist-cooldown seconds, and for good
+once it failed --blacklist-limit times.
 """
 
 
@@ -77,6 +79,8 @@ _ELASTIC_ONLY = (
     "elastic_timeout",
     "reset_limit",
     "elastic_state_dir",
+    "blacklist_cooldown",
+    "blacklist_limit",
 )
 
 
@@ -91,6 +95,8 @@ def _run_elastic(parser, args, command):
             "timeout": args.elastic_timeout,
             "reset_limit": args.reset_limit,
             "state_dir": args.elastic_state_dir,
+            "blacklist_cooldown": args.blacklist_cooldown,
+            "blacklist_limit": args.blacklist_limit,
         }
         options = elastic.Elastic(
             script=args.host_discovery_script,
@@ -252,6 +258,18 @@ def _parser():
         type=int,
         metavar="N",
         help="failed launches to relaunch before giving up (3); host changes do not count",
+    )
+    flexible.add_argument(
+        "--blacklist-cooldown",
+        type=float,
+        metavar="SECONDS",
+        help="how long a host that failed the job is left out of its launches (60)",
+    )
+    flexible.add_argument(
+        "--blacklist-limit",
+        type=int,
+        metavar="N",
+        help="failures after which a host is left out for good (2)",
     )
     flexible.add_argument(
         "--elastic-state-dir",

@@ -14,6 +14,10 @@ is relaunched instead, and resumes from the last state its ranks committed
 - When the job fails (a rank crashed, a host went away), it is relaunched on the hosts found
   then, from its last commit. After ``reset_limit`` failures the launcher gives up and
   leaves the commits where they are.
+- The host that failed it (a rank there stopped answering its peers, or failed on its own)
+  is left out of the launches for ``blacklist_cooldown`` seconds, and for good once it
+  failed ``blacklist_limit`` times (``ringtrain.runner.blacklist``); the relaunch goes on
+  without it when the others hold ``min_np`` slots.
 
 Each launch gets the commits' directory and its generation (0, 1, ...) in its environment
 (``contract.ELASTIC_DIR``, ``contract.ELASTIC_GENERATION``).
@@ -32,6 +36,7 @@ from collections.abc import Callable
 
 from ringtrain import contract
 from ringtrain.runner import hosts, watchdog
+from ringtrain.runner.blacklist import Blacklist, culprits
 from ringtrain.runner.hosts import Host
 from ringtrain.runner.job import LaunchError
 
@@ -50,6 +55,8 @@ class Elastic:
     timeout: float = 600.0
     reset_limit: int = 3
     state_dir: str | None = None
+    blacklist_cooldown: float = 60.0
+    blacklist_limit: int = 2
 
     def __post_init__(self):
         if self.min_np < 1:
@@ -62,6 +69,16 @@ class Elastic:
             raise LaunchError(f"--elastic-timeout must be positive, not {self.timeout:g}")
         if self.reset_limit < 0:
             raise LaunchError(f"--reset-limit must be at least 0, not {self.reset_limit}")
+        if not self.blacklist_cooldown >= 0:
+            raise LaunchError(
+                f"--blacklist-cooldown must be at least 0, not {self.blacklist_cooldown:g}"
+            )
+        if self.blacklist_limit < 1:
+            raise LaunchError(f"--blacklist-limit must be at least 1, not {self.blacklist_limit}")
+
+    def blacklist(self) -> Blacklist:
+        """Return an empty blacklist with these options' cool-down and limit."""
+        return Blacklist(self.blacklist_cooldown, self.blacklist_limit)
 
 
 # (hosts, ranks) -> the launch command, given the variables that the ranks get on top
@@ -111,7 +128,7 @@ def placement(elastic: Elastic, found: list[Host]) -> tuple[tuple[Host, ...], in
 
 def first_launch(elastic: Elastic, launcher: Launcher, directory: str) -> list[str]:
     """Return the command of generation 0 on the hosts discovered now (for ``--dry-run``)."""
-    where = wait_for_placement(elastic)
+    where = wait_for_placement(elastic, elastic.blacklist())
     return launcher(*where, _launch_env(directory, 0))
 
 
@@ -137,12 +154,12 @@ def run(elastic: Elastic, launcher: Launcher) -> int:
 
 
 def _relaunch(elastic, launcher, directory):
-    generation, failures = 0, 0
+    generation, failures, blacklist = 0, 0, elastic.blacklist()
     while True:
-        where = wait_for_placement(elastic, patient=generation > 0)
+        where = wait_for_placement(elastic, blacklist, patient=generation > 0)
         _say(f"generation {generation}: {where[1]} ranks on {_describe(where[0])}")
         argv = launcher(*where, _launch_env(directory, generation))
-        status, stopped = _supervise(argv, where, elastic)
+        status, stopped, heard = _supervise(argv, where, elastic, blacklist)
         if status == 0:
             return 0
         if stopped:
@@ -159,6 +176,8 @@ def _relaunch(elastic, launcher, directory):
                     f"{_kept(directory)}"
                 )
                 return status
+            for name in culprits(where[0], heard.unreachable, heard.failed):
+                _say(f"host {name} {blacklist.fail(name)}")
             _say(f"the job failed (exit status {status}); relaunching from its last commit")
         generation += 1
 
@@ -176,11 +195,14 @@ def _launch_env(directory, generation):
     return {contract.ELASTIC_DIR: directory, contract.ELASTIC_GENERATION: str(generation)}
 
 
-def wait_for_placement(elastic: Elastic, patient: bool = False) -> tuple[tuple[Host, ...], int]:
+def wait_for_placement(
+    elastic: Elastic, blacklist: Blacklist, patient: bool = False
+) -> tuple[tuple[Host, ...], int]:
     """Return the placement on the hosts discovered, waiting up to ``elastic.timeout``.
 
-    A discovery script that fails or prints what cannot be parsed raises at once, unless
-    ``patient`` (a relaunch): then it is asked again until the time is up.
+    Hosts that ``blacklist`` leaves out are not used. A discovery script that fails or
+    prints what cannot be parsed raises at once, unless ``patient`` (a relaunch): then it is
+    asked again until the time is up.
     """
     deadline = time.monotonic() + elastic.timeout
     said = None
@@ -192,14 +214,15 @@ def wait_for_placement(elastic: Elastic, patient: bool = False) -> tuple[tuple[H
                 raise
             news = f"warning: {err}; asking again"
         else:
-            where = placement(elastic, found)
+            usable = blacklist.usable(found)
+            where = placement(elastic, usable)
             if where is not None:
                 return where
-            slots = sum(host.slots for host in found)
+            slots = _slots(usable, found, blacklist)
             if time.monotonic() >= deadline:
                 raise LaunchError(
-                    f"the host discovery script {elastic.script!r} listed {slots} slots, fewer "
-                    f"than --min-np {elastic.min_np}, for --elastic-timeout {elastic.timeout:g} s"
+                    f"the host discovery script {elastic.script!r} listed {slots}, fewer than "
+                    f"--min-np {elastic.min_np}, for --elastic-timeout {elastic.timeout:g} s"
                 )
             news = f"waiting for {elastic.min_np} slots (--min-np); the hosts have {slots}"
         if said != news:
@@ -208,27 +231,36 @@ def wait_for_placement(elastic: Elastic, patient: bool = False) -> tuple[tuple[H
         time.sleep(DISCOVERY_SECONDS)
 
 
-def _supervise(argv, where, elastic):
-    """Run one launch; return its exit status and whether a signal asked the launcher to stop.
+def _slots(usable, found, blacklist):
+    """Say how many slots ``usable`` has, and which hosts of ``found`` are left out."""
+    slots = sum(host.slots for host in usable)
+    listed = sum(host.slots for host in found)
+    if slots == listed:
+        return f"{slots} slots"
+    return f"{slots} usable slots of {listed} ({blacklist.describe(found)})"
+
+
+def _supervise(argv, where, elastic, blacklist):
+    """Run one launch; return its exit status, whether a signal stopped it, what ranks said.
 
     Once every rank has started, the hosts are discovered again every DISCOVERY_SECONDS,
-    and the ranks are notified once if a launch now would differ from ``where``.
+    and the ranks are notified once if a launch now would differ from ``where`` (a host
+    came, went, or ended its cool-down).
     """
-    started: set[int] = set()
+    heard = watchdog.Heard()
     stop = []
-    with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         previous = {sig: signal.signal(sig, _stopper(proc, sig, stop)) for sig in _STOPPING}
-        relay = threading.Thread(
-            target=watchdog.relay_noting_starts, args=(proc.stdout.fileno(), started), daemon=True
-        )
+        pipes = (proc.stdout.fileno(), proc.stderr.fileno(), heard)
+        relay = threading.Thread(target=watchdog.relay_noting, args=pipes, daemon=True)
         relay.start()
         try:
             notified, complained = False, None
             while not _ended(proc):
-                if notified or stop or len(started) < where[1]:
+                if notified or stop or len(heard.started) < where[1]:
                     continue
                 try:
-                    now = placement(elastic, discover(elastic))
+                    now = placement(elastic, blacklist.usable(discover(elastic)))
                     complained = None
                 except ValueError as err:  # LaunchError, HostfileError: the job goes on
                     if str(err) != complained:
@@ -245,7 +277,7 @@ def _supervise(argv, where, elastic):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     status = proc.returncode
-    return (128 - status if status < 0 else status), bool(stop)
+    return (128 - status if status < 0 else status), bool(stop), heard
 
 
 def _ended(proc):

@@ -1,12 +1,16 @@
-"""Watch a job start: relay mpirun's output and end the job if a rank does not start in time.
+"""Watch a job: relay mpirun's output, note what ranks say in it, end the job if ranks are late.
 
 Ranks say they have started through the rank guard (``contract.ANNOUNCE``), whose line
 comes back through mpirun's standard output; the watchdog removes those lines from what it
-relays. PRRTE's own ``--spawn-timeout`` does not cover daemons that never start (an ssh that
-hangs at a prompt, say), and prterun ignores SIGTERM and SIGINT while it waits for them, so
-the watchdog kills mpirun and its children itself.
+relays. In an elastic launch it also reads mpirun's standard error for the lines of ranks
+that failed or found a peer unreachable (``contract.FAILED``, ``contract.UNREACHABLE``).
+
+PRRTE's own ``--spawn-timeout`` does not cover daemons that never start (an ssh that hangs
+at a prompt, say), and prterun ignores SIGTERM and SIGINT while it waits for them, so the
+watchdog kills mpirun and its children itself.
 """
 
+import dataclasses
 import os
 import select
 import signal
@@ -18,6 +22,28 @@ from collections.abc import Callable
 from ringtrain import contract
 
 TIMED_OUT = 124  # the exit status when ranks did not start in time, as timeout(1) uses
+
+
+@dataclasses.dataclass
+class Heard:
+    """What a launch's ranks said in the contract's lines: the ranks started, failed, lost."""
+
+    started: set[int] = dataclasses.field(default_factory=set)
+    failed: set[int] = dataclasses.field(default_factory=set)
+    unreachable: set[int] = dataclasses.field(default_factory=set)
+
+    def note(self, line: bytes) -> bool:
+        """Note ``line`` if it is one of the contract's; return True if it is not for people."""
+        for pattern, ranks, hidden in (
+            (contract.STARTED, self.started, True),
+            (contract.UNREACHABLE, self.unreachable, True),
+            (contract.FAILED, self.failed, False),
+        ):
+            found = pattern.search(line)
+            if found:
+                ranks.add(int(found[1]))
+                return hidden
+        return False
 
 
 def supervise(argv: list[str], num_proc: int, timeout: float, where: Callable[[int], str]) -> int:
@@ -60,53 +86,56 @@ def _handler(proc, sig):
 
 
 def _relay_until_started(fd, num_proc, timeout):
-    started = set()
+    heard = Heard()
     pending = b""
     deadline = time.monotonic() + timeout
     late = False
-    while len(started) < num_proc:
+    while len(heard.started) < num_proc:
         ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         late = not ready
         chunk = os.read(fd, 65536) if ready else b""
         if not chunk:
             break
-        pending = _relay_lines(pending + chunk, started)
-    _write(pending)
-    return started, late
+        pending = _relay_lines(pending + chunk, heard, sys.stdout)
+    _write(pending, sys.stdout)
+    return heard.started, late
 
 
-def relay_noting_starts(fd: int, started: set[int]) -> None:
-    """Relay ``fd`` to standard output until it closes, but for ranks' start lines.
+def relay_noting(stdout: int, stderr: int, heard: Heard) -> None:
+    """Relay the ``stdout`` and ``stderr`` pipes to ours until both close, noting in ``heard``.
 
-    The rank of each start line goes into ``started`` instead, as it comes.
+    Lines that are not for people (``Heard.note``) are noted and not relayed.
     """
-    pending = b""
-    while chunk := os.read(fd, 65536):
-        pending = _relay_lines(pending + chunk, started)
-    _write(pending)
+    streams = {stdout: sys.stdout, stderr: sys.stderr}
+    pending = dict.fromkeys(streams, b"")
+    while streams:
+        ready, _, _ = select.select(list(streams), [], [])
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if chunk:
+                pending[fd] = _relay_lines(pending[fd] + chunk, heard, streams[fd])
+            else:
+                _write(pending[fd], streams.pop(fd))
 
 
-def _relay_lines(data, started):
-    """Relay the whole lines of ``data`` but start lines, noted in ``started``; return the rest."""
+def _relay_lines(data, heard, stream):
+    """Relay ``data``'s whole lines to ``stream`` but those ``heard`` keeps; return the rest."""
     *lines, pending = data.split(b"\n")
     for line in lines:
-        found = contract.STARTED.search(line)
-        if found:
-            started.add(int(found[1]))
-        else:
-            _write(line + b"\n")
+        if not heard.note(line):
+            _write(line + b"\n", stream)
     return pending
 
 
 def _relay(fd):
     while chunk := os.read(fd, 65536):
-        _write(chunk)
+        _write(chunk, sys.stdout)
 
 
-def _write(data):
+def _write(data, stream):
     try:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        stream.buffer.write(data)
+        stream.buffer.flush()
     except BrokenPipeError:
         pass
 

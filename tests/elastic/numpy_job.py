@@ -8,6 +8,8 @@ and every step's (step, world size, launch), so the test can replay the run in N
 - ELASTIC_TAG: put before the generation to name a launch in the history ("a" gives a0, a1);
 - ELASTIC_CRASH ``generation:step:rank``: that rank dies there without a word (``*``: in
   every generation);
+- ELASTIC_LOSE ``generation:step:rank:peer``: that rank says (``contract.unreachable_line``)
+  that rank ``peer`` stopped answering, and exits with status 3;
 - ELASTIC_HOSTS ``generation:step:file:host:N,...``: there rank 0 writes those hosts to the
   file that the discovery script prints;
 - ELASTIC_SLOW: seconds that each step sleeps (with ELASTIC_HOSTS, from its step on).
@@ -15,12 +17,13 @@ and every step's (step, world size, launch), so the test can replay the run in N
 
 import json
 import os
+import sys
 import time
 
 import numpy as np
 
 import ringtrain
-from ringtrain import settings
+from ringtrain import contract, settings
 
 LENGTH = 37
 
@@ -43,6 +46,7 @@ def main():
     every = int(os.environ["ELASTIC_COMMIT_EVERY"])
     generation = settings.elastic_launch().generation
     crash = os.environ.get("ELASTIC_CRASH", "")
+    lose = os.environ.get("ELASTIC_LOSE", "")
     hosts = os.environ.get("ELASTIC_HOSTS", "")
     slow = float(os.environ.get("ELASTIC_SLOW", "0"))
     launch = os.environ.get("ELASTIC_TAG", "") + str(generation)
@@ -61,6 +65,10 @@ def main():
         while state.step < steps:
             if _at(crash, generation, state.step) == str(ringtrain.rank()):
                 os._exit(3)
+            lost = (_at(lose, generation, state.step) or ":").split(":")
+            if lost[0] == str(ringtrain.rank()):
+                print(contract.unreachable_line(int(lost[1]), "elsewhere"), file=sys.stderr)
+                sys.exit(3)
             new_hosts = _at(hosts, generation, state.step)
             if new_hosts is not None and ringtrain.rank() == 0:
                 path, listing = new_hosts.split(":", 1)
