@@ -28,9 +28,9 @@ class EngineStoppedError(RingtrainError):
 class CollectiveTimeoutError(RingtrainError):
     """A peer made no progress in a collective for ``RINGTRAIN_COLLECTIVE_TIMEOUT`` seconds.
 
-    ``hosts`` names the hosts of the ranks that were waited for.
+    ``peers`` lists the (``MPI_COMM_WORLD`` rank, host name) of each rank waited for.
     """
 
-    def __init__(self, message: str, hosts=()):
+    def __init__(self, message: str, peers=()):
         super().__init__(message)
-        self.hosts = tuple(hosts)
+        self.peers = tuple(peers)

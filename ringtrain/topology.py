@@ -14,7 +14,8 @@ class Topology:
     """Ranks and sizes of one process in its communicator, its host and across hosts.
 
     ``hosts[r]`` names the host of communicator rank ``r`` by the lowest rank on it, and
-    ``host_names[r]`` by its name (``MPI_Get_processor_name``), for messages.
+    ``host_names[r]`` by its name (``MPI_Get_processor_name``), for messages;
+    ``world_ranks[r]`` is its rank in ``MPI_COMM_WORLD`` (what the launcher knows it by).
     """
 
     rank: int
@@ -25,6 +26,7 @@ class Topology:
     cross_size: int
     hosts: tuple[int, ...]
     host_names: tuple[str, ...]
+    world_ranks: tuple[int, ...]
 
     @property
     def homogeneous(self) -> bool:
@@ -64,7 +66,8 @@ def discover(comm) -> Topology:
     cross = comm.Split(color=local.Get_rank(), key=comm.Get_rank())
     try:
         leader = local.bcast(comm.Get_rank(), root=0)
-        everyone = comm.allgather((leader, MPI.Get_processor_name()))
+        here = (leader, MPI.Get_processor_name(), MPI.COMM_WORLD.Get_rank())
+        everyone = comm.allgather(here)
         return Topology(
             comm.Get_rank(),
             comm.Get_size(),
@@ -72,8 +75,7 @@ def discover(comm) -> Topology:
             local.Get_size(),
             cross.Get_rank(),
             cross.Get_size(),
-            tuple(host for host, _ in everyone),
-            tuple(name for _, name in everyone),
+            *(tuple(column) for column in zip(*everyone, strict=True)),
         )
     finally:
         local.Free()

@@ -17,11 +17,13 @@ import threading
 import time
 import traceback
 
+from ringtrain import contract
 from ringtrain.buffers import BufferPool
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
 from ringtrain.engine.executor import Executor
 from ringtrain.engine.handle import Request
+from ringtrain.engine.liveness import Liveness
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.stall import StallInspector
 from ringtrain.engine.turns import Turns
@@ -48,8 +50,12 @@ class Engine:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._control = ControlChannel(comm)
+        self._topology = topology
         self._pool = BufferPool()
         self.transport = Transport(comm, topology, settings, self._pool)
+        # The timeout that the transport agreed on (rank 0's): every rank beats alike.
+        self._liveness = Liveness(self.transport.waiter.timeout, self.size)
+        self._next_liveness_check = 0.0
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.transport, self._pool, self._timeline)
@@ -183,6 +189,8 @@ class Engine:
         if isinstance(err, CollectiveTimeoutError):
             # The message names the peers and the tensors; the transport's stack adds nothing.
             sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
+            for rank, host in err.peers:  # for ringtrain-run's elastic mode (contract)
+                sys.stderr.write(contract.unreachable_line(rank, host) + "\n")
         else:
             what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             sys.stderr.write(
@@ -200,14 +208,22 @@ class Engine:
         Returns True if anything happened.
         """
         active = self._send_submissions()
+        liveness = self._liveness
         if self._coordinator is not None:
             responses = self._coordinate()
-            if responses:
-                self._control.respond(messages.to_wire(responses))
+            if responses or liveness.beat_due():
+                self._control.respond(messages.to_wire(responses))  # [] is a heartbeat
+                liveness.spoke()
         else:
             responses = []
             for wire in self._control.responses():
                 responses.extend(messages.from_wire(wire))
+                liveness.heard(0)
+            if not active and liveness.beat_due():
+                self._control.submit([])  # a heartbeat
+                liveness.spoke()
+        if liveness.timeout and time.monotonic() >= self._next_liveness_check:
+            self._check_liveness()
         for response in responses:
             if response.kind == messages.WITHDRAWN:
                 self._forget(response)
@@ -218,8 +234,33 @@ class Engine:
                 self._stopped = True
                 return True
             self._execute(response)
+            liveness.heard_all()  # every rank took part in it
         self._control.settle_sends()
         return active or bool(responses)
+
+    def _check_liveness(self):
+        """Fail if a rank this one waits for has fallen silent (``engine.liveness``)."""
+        self._next_liveness_check = time.monotonic() + 0.25
+        if self._coordinator is not None:
+            if not self._coordinator.pending():
+                return
+            silent = self._liveness.silent(range(1, self.size))
+            waiting = "tensors waited for it to submit them"
+        else:
+            if not self._inflight:
+                return
+            silent = self._liveness.silent([0])
+            names = ", ".join(repr(name) for name in list(self._inflight)[:3])
+            waiting = f"this rank waited for the coordinator's responses ({names})"
+        if silent:
+            names, world = self._topology.host_names, self._topology.world_ranks
+            peers = ", ".join(f"rank {r} on {names[r]} for {s:.0f} s" for r, s in silent)
+            raise CollectiveTimeoutError(
+                f"rank {self.rank} on {names[self.rank]} heard nothing from {peers}, while "
+                f"{waiting} (RINGTRAIN_COLLECTIVE_TIMEOUT={self._liveness.timeout:g}): the "
+                "peer is frozen, dead or unreachable",
+                [(world[r], names[r]) for r, _ in silent],
+            )
 
     def _cached(self, meta):
         """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
@@ -247,11 +288,13 @@ class Engine:
             self._coordinator.add(self.rank, entries)
         else:
             self._control.submit(entries)
+            self._liveness.spoke()
         return True
 
     def _coordinate(self):
         coordinator = self._coordinator
         for source, entries in self._control.submissions():
+            self._liveness.heard(source)
             coordinator.add(source, entries)
         responses = coordinator.responses()
         now = time.monotonic()
@@ -293,7 +336,7 @@ class Engine:
             names = ", ".join(repr(n) for n in response.names[:4])
             more = f" and {len(response.names) - 4} more" if len(response.names) > 4 else ""
             running = f"{response.kind} of {names}{more}"
-            raise CollectiveTimeoutError(f"{err}; it was running {running}", err.hosts) from None
+            raise CollectiveTimeoutError(f"{err}; it was running {running}", err.peers) from None
         for request, result in zip(requests, results, strict=True):
             if request is not None:
                 request.handle.complete(result)

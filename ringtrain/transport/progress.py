@@ -28,14 +28,15 @@ class Waiter:
     """Waits on MPI requests of one rank; fails after ``timeout`` seconds without progress.
 
     ``timeout`` 0 waits for ever (still sleeping between polls); a wait for ranks of this
-    rank's own host only gets ``LOCAL_GRACE_SECONDS`` more. ``rank`` and ``hosts`` (every
-    rank's host name) name who waited for whom in the error.
+    rank's own host only gets ``LOCAL_GRACE_SECONDS`` more. Ranks are those of the
+    communicator whose ``topology`` it is; the error names them and their hosts.
     """
 
-    def __init__(self, timeout: float, rank: int, hosts):
+    def __init__(self, timeout: float, topology):
         self.timeout = timeout
-        self._rank = rank
-        self._hosts = tuple(hosts)
+        self._rank = topology.rank
+        self._hosts = topology.host_names
+        self._world = topology.world_ranks
 
     def wait(self, request, peers, what: str) -> None:
         """Return once ``request`` completes; ``peers`` are the ranks it waits for.
@@ -67,11 +68,10 @@ class Waiter:
 
     def timed_out(self, peers, what, waited) -> CollectiveTimeoutError:
         """Return the error for a wait of ``waited`` seconds on ``peers`` during ``what``."""
-        hosts = sorted({self._hosts[p] for p in peers})
         named = ", ".join(f"rank {p} on {self._hosts[p]}" for p in peers)
         return CollectiveTimeoutError(
             f"rank {self._rank} on {self._hosts[self._rank]} waited {waited:.0f} s for "
             f"{named} during {what}, with no progress (RINGTRAIN_COLLECTIVE_TIMEOUT="
             f"{self.timeout:g}): the peer is frozen, dead or unreachable",
-            hosts,
+            [(self._world[p], self._hosts[p]) for p in peers],
         )

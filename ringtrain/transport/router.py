@@ -60,7 +60,7 @@ class Transport:
             ),
             root=0,
         )
-        self.waiter = Waiter(timeout, self.rank, topology.host_names)
+        self.waiter = Waiter(timeout, topology)
         everyone = range(self.size)
         self.messages = MessageTransport(comm, self.chunk_bytes, pool, self.waiter, everyone)
         self.hierarchical = None

@@ -2,8 +2,9 @@
 
 Usage: ``stalled_peer.py MODE RANK STEPS MIB``: every rank allreduces MIB MiB of rank-distinct
 float32 data STEPS times, checking each result against NumPy; at step 3 rank RANK's host
-stops answering: MODE ``stop`` (the rank freezes itself with SIGSTOP), ``down`` (its host's
-link goes down), ``loss`` (its link drops every packet), or ``none`` (nothing happens).
+stops answering: MODE ``stop`` (the rank freezes itself with SIGSTOP before it submits
+step 3), ``stop-mid`` (a timer freezes it 20 ms into step 3's allreduce), ``down`` (its
+host's link goes down), ``loss`` (its link drops every packet), or ``none``.
 """
 
 import os
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -34,6 +36,8 @@ def main() -> None:
             print(f"rank {rank} on {socket.gethostname()}: {mode} at {time.time():.3f}", flush=True)
             if mode == "stop":
                 os.kill(os.getpid(), signal.SIGSTOP)
+            elif mode == "stop-mid":
+                threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGSTOP)).start()
             else:
                 subprocess.run(FAULTS[mode], check=True)
         mine = np.random.default_rng(rank * 1000 + step).random(count, dtype=np.float32)

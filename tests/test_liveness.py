@@ -1,0 +1,51 @@
+"""The engine's heartbeat bookkeeping (``ringtrain.engine.liveness``), with a fake clock."""
+
+from ringtrain.engine.liveness import Liveness
+
+
+class Clock:
+    """A clock that moves only when told to."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        """Return the time it was set to."""
+        return self.now
+
+
+def test_a_rank_silent_past_the_timeout_is_named_with_how_long():
+    clock = Clock()
+    liveness = Liveness(5.0, 4, clock)
+    clock.now += 4.0
+    liveness.heard(1)
+    clock.now += 2.0  # rank 1 heard 2 s ago, ranks 2 and 3 six seconds ago
+    assert liveness.silent(range(1, 4)) == [(2, 6.0), (3, 6.0)]
+    assert liveness.silent([1]) == []
+
+
+def test_a_completed_collective_counts_as_hearing_from_everyone():
+    clock = Clock()
+    liveness = Liveness(5.0, 3, clock)
+    clock.now += 60.0  # a long transfer: nobody beat meanwhile
+    liveness.heard_all()
+    clock.now += 1.0
+    assert liveness.silent(range(3)) == []
+
+
+def test_heartbeats_fall_due_after_a_quarter_of_the_timeout_and_at_most_every_second():
+    clock = Clock()
+    short = Liveness(2.0, 2, clock)
+    assert short.beat_every == 0.5 and not short.beat_due()
+    clock.now += 0.5
+    assert short.beat_due()
+    short.spoke()
+    assert not short.beat_due()
+    assert Liveness(300.0, 2, clock).beat_every == 1.0
+
+
+def test_a_timeout_of_zero_turns_the_check_and_the_heartbeats_off():
+    clock = Clock()
+    off = Liveness(0.0, 2, clock)
+    clock.now += 1e6
+    assert off.silent([0, 1]) == [] and not off.beat_due()
