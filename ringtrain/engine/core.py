@@ -206,6 +206,9 @@ class Engine:
             if response.kind == messages.WITHDRAWN:
                 self._forget(response)
                 continue
+            if response.kind == messages.STALLED:
+                self._fail_stalled(response)
+                continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
                 self._control.finish(messages.FINISHED)
@@ -251,14 +254,13 @@ class Engine:
         now = time.monotonic()
         if now >= self._next_stall_check:
             self._next_stall_check = now + 1.0
-            warnings, fatal = coordinator.check_stalls()
+            warnings, stalled = coordinator.check_stalls()
             for text in warnings:
                 sys.stderr.write(f"ringtrain: warning: {text}\n")
-            if fatal:
-                text = "; ".join(fatal)
-                sys.stderr.write(f"ringtrain: error: stopping the job: {text}\n")
-                responses.append(coordinator.stop(text, "stall"))
+            for response in stalled:
+                sys.stderr.write(f"ringtrain: error: failing a stalled tensor: {response.error}\n")
             sys.stderr.flush()
+            responses.extend(stalled)
         return responses
 
     def _execute(self, response):
@@ -296,6 +298,16 @@ class Engine:
             if request is not None:
                 request.handle.fail(_withdrawn_error(name))
 
+    def _fail_stalled(self, response):
+        """Fail this rank's requests that the stall shutdown failed, if it is among ``ranks``."""
+        if self.rank not in response.ranks:
+            return  # this rank has no such request: its next one is failed as late, by rank 0
+        with self._lock:
+            requests = [self._inflight.pop(name, None) for name in response.names]
+        for request in requests:
+            if request is not None:
+                request.handle.fail(StallError(response.error))
+
     def _stop(self, error):
         with self._lock:
             self._stop_error = error
@@ -311,8 +323,6 @@ def _withdrawn_error(name):
 
 
 def _stop_error(response):
-    if response.error_kind == "stall":
-        return StallError(response.error)
     return EngineStoppedError(f"the ringtrain engine has stopped: {response.error}")
 
 
