@@ -230,8 +230,10 @@ class Engine:
             new, self._outbox = self._outbox, []
             shutdown, self._shutdown_asked = self._shutdown_asked, False
             withdrawals, self._withdrawals = self._withdrawals, []
-        entries = [self._cached(r.meta) for r in new]
-        entries += [messages.Withdrawal(name) for name in withdrawals]
+        # Withdrawals first: each takes back a submission sent earlier, and must not take back
+        # a new one of the same name, made once the withdrawn handle had failed or completed.
+        entries: list = [messages.Withdrawal(name) for name in withdrawals]
+        entries += [self._cached(r.meta) for r in new]
         if self._timeline is not None:
             sent = tl.now_ns()
             for request in new:
