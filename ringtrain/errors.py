@@ -18,7 +18,7 @@ class DuplicateNameError(RingtrainError, ValueError):
 
 
 class StallError(RingtrainError):
-    """Some ranks never submitted a tensor that others did, past the stall shutdown time."""
+    """A tensor some ranks submitted and others did not, past the stall shutdown time (or late)."""
 
 
 class EngineStoppedError(RingtrainError):

@@ -214,14 +214,114 @@ def test_stall_warns_once_naming_missing_ranks_then_fails():
     clock.now = 6.0
     warnings, fatal = coord.check_stalls()
     assert fatal == [] and len(warnings) == 1
-    assert "'slow' has waited 6.0 s for ranks [1]" in warnings[0]
+    assert "'slow' has waited 6.0 s for ranks [1], which have not submitted it" in warnings[0]
+    assert "(ranks [0, 2] have)" in warnings[0]
     clock.now = 7.0
     assert coord.check_stalls() == ([], [])
     clock.now = 21.0
-    _, fatal = coord.check_stalls()
-    assert "'slow'" in fatal[0] and "ranks [1]" in fatal[0]
-    stop = coord.stop(fatal[0], "stall")
-    assert stop.kind == messages.STOP and stop.names == ["slow"]
+    _, (failed,) = coord.check_stalls()
+    assert failed.kind == messages.STALLED and failed.names == ["slow"]
+    assert failed.ranks == (0, 2)
+    assert failed.error.startswith("stall shutdown after 20 s (RINGTRAIN_STALL_SHUTDOWN_SECONDS)")
+    assert "'slow' has waited 21.0 s for ranks [1]" in failed.error
+    assert "(ranks [0, 2] have)" in failed.error
+
+
+def test_stall_shutdown_fails_only_the_stalled_name_and_forgets_it():
+    coord, clock = _coordinator(3, warn=0.0, shutdown=10.0)
+    coord.add(0, [_ar("stuck")])
+    coord.add(1, [_ar("stuck")])
+    clock.now = 8.0
+    coord.add(0, [_ar("young", shape=(5,))])
+    coord.add(1, [_ar("young", shape=(5,))])
+    clock.now = 11.0
+    warnings, (failed,) = coord.check_stalls()
+    assert warnings == [] and failed.names == ["stuck"] and failed.ranks == (0, 1)
+    # Younger names wait on; the engine goes on with what every rank submits.
+    assert coord.pending() and coord.check_stalls() == ([], [])
+    coord.add(2, [_ar("young", shape=(5,))])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.names == ["young"]
+    assert not coord.pending()
+    # The failed round's submitters owe nothing: their next submissions start a new round.
+    coord.add(0, [_ar("stuck", shape=(7,))])
+    coord.add(1, [_ar("stuck", shape=(7,))])
+    assert coord.responses() == []
+    clock.now = 20.0
+    assert coord.check_stalls() == ([], [])  # its stall clock started afresh, at 11 s
+    # Rank 2's first submission is its late one for the failed round; its next one pairs.
+    coord.add(2, [_ar("stuck")])
+    (late,) = coord.responses()
+    assert late.kind == messages.STALLED and late.ranks == (2,)
+    coord.add(2, [_ar("stuck", shape=(7,))])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.metas == []
+
+
+def test_a_late_submission_of_a_stalled_name_fails_on_its_rank_only():
+    coord, clock = _coordinator(4, warn=0.0, shutdown=10.0)
+    coord.add(0, [_ar("late")])
+    coord.add(2, [_ar("late")])
+    clock.now = 10.0
+    _, (failed,) = coord.check_stalls()
+    assert failed.ranks == (0, 2) and "for ranks [1, 3]" in failed.error
+    # The survivors' next round starts before rank 1's late submission of the failed one.
+    clock.now = 12.0
+    coord.add(0, [_ar("late")])
+    coord.add(2, [_ar("late")])
+    coord.add(1, [_ar("late")])
+    assert coord.decided()
+    (late,) = coord.responses()
+    assert late.kind == messages.STALLED and late.names == ["late"] and late.ranks == (1,)
+    assert late.error.startswith("tensor 'late': rank 1 submitted it after the stall shutdown")
+    assert "on ranks [0, 2], which had waited 10.0 s for it" in late.error
+    # Rank 1's next submission, and rank 3's after its own late one, pair with the new round.
+    coord.add(3, [_ar("late")])
+    (late,) = coord.responses()
+    assert late.ranks == (3,)
+    coord.add(1, [_ar("late")])
+    coord.add(3, [_ar("late")])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.names == ["late"]
+    assert not coord.pending() and coord.responses() == []
+
+
+def test_a_late_submission_by_cache_id_fails_too():
+    coord, clock = _coordinator(2, warn=0.0, shutdown=5.0)
+    coord.add(0, [_ar("c")])
+    coord.add(1, [_ar("c")])
+    (response,) = coord.responses()
+    ident = response.cache_ids["c"][1]
+    coord.add(0, [ident])
+    clock.now = 5.0
+    _, (failed,) = coord.check_stalls()
+    assert failed.ranks == (0,)
+    coord.add(1, [ident])
+    (late,) = coord.responses()
+    assert late.kind == messages.STALLED and late.ranks == (1,)
+    coord.add(0, [ident])
+    coord.add(1, [ident])
+    assert coord.responses()[0].kind == messages.ALLREDUCE
+
+
+def test_joined_ranks_are_not_missing_and_owe_no_late_submission():
+    coord, clock = _coordinator(3, warn=0.0, shutdown=5.0)
+    join = Meta(messages.JOIN_NAME, messages.JOIN, "", ())
+    coord.add(2, [join])
+    coord.add(0, [_ar("j")])
+    clock.now = 6.0
+    _, (failed,) = coord.check_stalls()
+    assert failed.ranks == (0,) and "for ranks [1]," in failed.error
+    # Rank 1 joins instead of submitting it late: it owes nothing once the join is done.
+    coord.add(1, [join])
+    coord.add(0, [join])
+    (done,) = coord.responses()
+    assert done.kind == messages.JOIN
+    coord.add(0, [_ar("j")])
+    coord.add(1, [_ar("j")])
+    coord.add(2, [_ar("j")])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.names == ["j"]
 
 
 def test_responses_survive_the_wire_with_every_field():
@@ -234,9 +334,10 @@ def test_responses_survive_the_wire_with_every_field():
         per_rank=[[meta, None]],
         joined=(1,),
         error="tensor 'w': dtype differs",
-        error_kind="mismatch",
         cache_ids={"w": [4, None]},
         last_joined=1,
+        withdrawn_by=1,
+        ranks=(0, 1),
     )
     steady = messages.Response(messages.ALLREDUCE, ["a", "b"])
     sent = pickle.dumps(messages.to_wire([full, steady]), protocol=pickle.HIGHEST_PROTOCOL)

@@ -228,6 +228,9 @@ class Engine:
             if response.kind == messages.WITHDRAWN:
                 self._forget(response)
                 continue
+            if response.kind == messages.STALLED:
+                self._fail_stalled(response)
+                continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
                 self._control.finish(messages.FINISHED)
@@ -274,8 +277,10 @@ class Engine:
             new, self._outbox = self._outbox, []
             shutdown, self._shutdown_asked = self._shutdown_asked, False
             withdrawals, self._withdrawals = self._withdrawals, []
-        entries = [self._cached(r.meta) for r in new]
-        entries += [messages.Withdrawal(name) for name in withdrawals]
+        # Withdrawals first: each takes back a submission sent earlier, and must not take back
+        # a new one of the same name, made once the withdrawn handle had failed or completed.
+        entries: list = [messages.Withdrawal(name) for name in withdrawals]
+        entries += [self._cached(r.meta) for r in new]
         if self._timeline is not None:
             sent = tl.now_ns()
             for request in new:
@@ -300,14 +305,13 @@ class Engine:
         now = time.monotonic()
         if now >= self._next_stall_check:
             self._next_stall_check = now + 1.0
-            warnings, fatal = coordinator.check_stalls()
+            warnings, stalled = coordinator.check_stalls()
             for text in warnings:
                 sys.stderr.write(f"ringtrain: warning: {text}\n")
-            if fatal:
-                text = "; ".join(fatal)
-                sys.stderr.write(f"ringtrain: error: stopping the job: {text}\n")
-                responses.append(coordinator.stop(text, "stall"))
+            for response in stalled:
+                sys.stderr.write(f"ringtrain: error: failing a stalled tensor: {response.error}\n")
             sys.stderr.flush()
+            responses.extend(stalled)
         return responses
 
     def _execute(self, response):
@@ -351,6 +355,16 @@ class Engine:
             if request is not None:
                 request.handle.fail(_withdrawn_error(name))
 
+    def _fail_stalled(self, response):
+        """Fail this rank's requests that the stall shutdown failed, if it is among ``ranks``."""
+        if self.rank not in response.ranks:
+            return  # this rank has no such request: its next one is failed as late, by rank 0
+        with self._lock:
+            requests = [self._inflight.pop(name, None) for name in response.names]
+        for request in requests:
+            if request is not None:
+                request.handle.fail(StallError(response.error))
+
     def _stop(self, error):
         with self._lock:
             self._stop_error = error
@@ -366,8 +380,6 @@ def _withdrawn_error(name):
 
 
 def _stop_error(response):
-    if response.error_kind == "stall":
-        return StallError(response.error)
     return EngineStoppedError(f"the ringtrain engine has stopped: {response.error}")
 
 

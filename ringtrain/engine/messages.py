@@ -70,7 +70,8 @@ class Response:
     holds, per name, every rank's meta (None for a rank that has joined) where the kind needs
     them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine; kind
     ``withdrawn`` tells rank ``withdrawn_by`` that its submissions of ``names`` are
-    forgotten.
+    forgotten; kind ``stalled`` fails the handles of ``names`` on the ``ranks`` listed only
+    (the stall shutdown: the coordinator has forgotten those submissions).
     """
 
     kind: str
@@ -79,10 +80,10 @@ class Response:
     per_rank: list | None = None
     joined: tuple = ()
     error: str | None = None
-    error_kind: str | None = None
     cache_ids: dict = dataclasses.field(default_factory=dict)
     last_joined: int = -1
     withdrawn_by: int = -1
+    ranks: tuple = ()
 
 
 _FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Response)))
@@ -100,5 +101,6 @@ def from_wire(rows: list[tuple]) -> list[Response]:
 
 STOP = "stop"
 WITHDRAWN = "withdrawn"
+STALLED = "stalled"
 SHUTDOWN_REQUEST = "shutdown"
 FINISHED = "finished"  # a rank's last control message, after it has stopped

@@ -32,6 +32,10 @@ class Coordinator:
         self._cache_id: dict[Meta, int] = {}
         self._uncached: dict[str, set[int]] = {}  # name -> ranks that sent a full meta
         self._withdrawn: dict[int, list[str]] = {}  # rank -> names it took back, to confirm
+        # A name failed by the stall shutdown -> (ranks that had not submitted it, why): each
+        # one's next submission of it is its late one for the failed round, and fails too.
+        self._owed: dict[str, tuple[set[int], str]] = {}
+        self._late: list[Response] = []  # failures of late submissions, to send
 
     def pending(self) -> bool:
         """Return True while some name waits for ranks that have not submitted it."""
@@ -42,6 +46,7 @@ class Coordinator:
         return (
             bool(self._ready)
             or bool(self._withdrawn)
+            or bool(self._late)
             or len(self._joined) == self.size
             or self._shutdown_by is not None
         )
@@ -57,14 +62,15 @@ class Coordinator:
             if isinstance(entry, messages.Withdrawal):
                 self._withdraw(rank, entry.name)
                 continue
-            if isinstance(entry, int):
-                meta = self._cache_meta[entry]
-            else:
-                meta = entry
+            meta = self._cache_meta[entry] if isinstance(entry, int) else entry
+            if meta.name in self._owed and self._late_submission(rank, meta.name):
+                continue
+            if not isinstance(entry, int):
                 self._uncached.setdefault(meta.name, set()).add(rank)
             if meta.kind == messages.JOIN:
                 if rank not in self._joined:
                     self._joined.append(rank)
+                    self._forgive(rank)
                     for name in list(self._table):
                         self._note_if_ready(name, now)
                 continue
@@ -90,6 +96,33 @@ class Coordinator:
             self._uncached.pop(name, None)
             self.stall.done(name)
         self._withdrawn.setdefault(rank, []).append(name)
+
+    def _late_submission(self, rank, name):
+        """Return True, failing it, if this submission of ``name`` is ``rank``'s late one.
+
+        That is the first one since the stall shutdown failed ``name`` without ``rank``: it
+        belongs to the failed round, so it must not pair with other ranks' next submissions.
+        """
+        owing, why = self._owed[name]
+        if rank not in owing:
+            return False
+        owing.discard(rank)
+        if not owing:
+            del self._owed[name]
+        error = (
+            f"tensor {name!r}: rank {rank} submitted it after the stall shutdown had failed it "
+            f"on {why}; this late submission fails too, and the name's next submission starts "
+            "afresh"
+        )
+        self._late.append(Response(messages.STALLED, [name], error=error, ranks=(rank,)))
+        return True
+
+    def _forgive(self, rank):
+        """Expect no late submission from ``rank``, which has joined: it submits no more."""
+        for name, (owing, _) in list(self._owed.items()):
+            owing.discard(rank)
+            if not owing:
+                del self._owed[name]
 
     def _note_if_ready(self, name, now):
         if name in self._ready_at or len(self._table[name]) + len(self._joined) < self.size:
@@ -132,19 +165,38 @@ class Coordinator:
             reason = "withdrawn: the call that submitted it failed on another tensor"
             out.append(Response(messages.WITHDRAWN, names, error=reason, withdrawn_by=rank))
         self._withdrawn = {}
+        out.extend(self._late)
+        self._late = []
         if self._shutdown_by is not None:
+            # Ends every rank's engine, failing what is pending.
             reason = f"rank {self._shutdown_by} shut ringtrain down (shutdown() or its exit)"
-            out.append(self.stop(reason, "shutdown"))
+            out.append(Response(messages.STOP, sorted(self._table), error=reason))
         return out
 
-    def stop(self, reason: str, kind: str) -> Response:
-        """Return the response that ends every rank's engine, failing what is pending."""
-        return Response(messages.STOP, sorted(self._table), error=reason, error_kind=kind)
+    def check_stalls(self) -> tuple[list[str], list[Response]]:
+        """Return (one-line warnings, responses that fail the names past the shutdown time).
 
-    def check_stalls(self):
-        """Return (warnings, fatal stalls) as one-line messages."""
-        warn, fatal = self.stall.check(self._clock(), self._missing)
-        return [describe(s) for s in warn], [describe(s) for s in fatal]
+        Each such name is forgotten here, and its response fails it on the ranks that
+        submitted it; the others' next submission of it is their late one (``add``).
+        """
+        warn, fatal = self.stall.check(self._clock(), self._ranks_of)
+        return [describe(s) for s in warn], [self._fail_stalled(s) for s in fatal]
+
+    def _ranks_of(self, name):
+        return sorted(self._table[name]), self._missing(name)
+
+    def _fail_stalled(self, stall):
+        name = stall.name
+        error = (
+            f"stall shutdown after {self.stall.shutdown_after:g} s "
+            f"(RINGTRAIN_STALL_SHUTDOWN_SECONDS): {describe(stall)}"
+        )
+        del self._table[name]
+        self._uncached.pop(name, None)
+        self.stall.done(name)
+        why = f"ranks {list(stall.submitted)}, which had waited {stall.age:.1f} s for it"
+        self._owed[name] = (set(stall.missing), why)
+        return Response(messages.STALLED, [name], error=error, ranks=stall.submitted)
 
     def _response(self, kind, metas):
         names = [m.name for m in metas]

@@ -227,7 +227,7 @@ def _parser():
         "--stall-check-shutdown-time-seconds",
         type=float,
         metavar="SECONDS",
-        help="stop the job when a tensor stays stalled this long",
+        help="fail a tensor (StallError) that stays stalled this long",
     )
     tuning.add_argument(
         "--hierarchical-allreduce",
