@@ -12,10 +12,17 @@ import tensorflow as tf
 from ringtrain import errors
 
 
+def _message(args):
+    # A message; or TensorFlow's (node_def, op, message, ...), with which Keras remakes an
+    # error to add to its message.
+    return args[0] if len(args) == 1 else args[2]
+
+
 class MismatchError(errors.MismatchError, tf.errors.FailedPreconditionError):
     """Ranks submitted one collective with different shapes, dtypes or settings."""
 
-    def __init__(self, message):
+    def __init__(self, *args):
+        message = _message(args)
         errors.MismatchError.__init__(self, message)
         tf.errors.FailedPreconditionError.__init__(self, None, None, message)
 
@@ -23,7 +30,8 @@ class MismatchError(errors.MismatchError, tf.errors.FailedPreconditionError):
 class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
     """An argument that no rank could run a collective with, such as bad alltoall splits."""
 
-    def __init__(self, message):
+    def __init__(self, *args):
+        message = _message(args)
         ValueError.__init__(self, message)
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 

@@ -199,6 +199,9 @@ def check_error_types():
         err = expect_raises(tf.errors.FailedPreconditionError, call)
         assert isinstance(err, ringtrain.MismatchError), f"{what}: {type(err).__mro__}"
         assert isinstance(err, hvd.MismatchError), what
+        # Keras remakes an OpError with TensorFlow's arguments to add to its message.
+        again = type(err)(err.node_def, err.op, f"layer: {err.message}", err.error_code)
+        assert isinstance(again, ringtrain.MismatchError) and str(again).startswith("layer: ")
     # Inside tf.function TensorFlow raises its own class for the op's failure; the message
     # still names the mismatch.
     err = expect_raises(
