@@ -29,6 +29,12 @@ def test_collectives_gradients_sparse_and_mismatches(np):
     _check("check_tf_collectives.py", np)
 
 
+@pytest.mark.parametrize("np", [2, 3])
+def test_horovod_semantics(np):
+    # Gradients, alltoall, dtypes, error types, scale factors and API as Horovod defines them.
+    _check("check_tf_horovod.py", np)
+
+
 @pytest.mark.parametrize(("np", "inter_op"), [(1, 1), (2, 1), (2, 0), (3, 1), (4, 1)])
 def test_sync_batch_normalization(np, inter_op):
     # Batches of 4, 1, 0 and 6 rows on ranks 0-3; inter_op 0 is TensorFlow's default pool.

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from ringtrain import api
 from ringtrain.errors import MismatchError, RingtrainError
-from ringtrain.tensorflow import compat
+from ringtrain.tensorflow import compat, errors
 
 _handles: dict[int, object] = {}
 _tokens = itertools.count()
@@ -86,9 +86,10 @@ def _result(handle, describe, finish):
         else:
             result = api.synchronize(handle)
     except RingtrainError as err:
-        if describe is None:
+        raised = errors.in_tensorflow_terms(err, describe)
+        if raised is err:
             raise
-        raise type(err)(f"{describe}: {err}") from err
+        raise raised from err
     return result if finish is None else finish(result)
 
 

@@ -22,11 +22,11 @@ import tensorflow as tf
 
 from ringtrain import api
 from ringtrain.dtypes import SUPPORTED
-from ringtrain.errors import MismatchError
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
 from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.errors import MismatchError
 from ringtrain.tensorflow.local_sources import LocalSources
 
 _KINDS = ("no tensor", "a dense tensor", "tf.IndexedSlices")
@@ -98,11 +98,12 @@ def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set)
 
 
 def _sparse_plan(grad, op, compression, process_set):
-    values = grad.values
+    values = tf.convert_to_tensor(grad.values)
+    indices = tf.convert_to_tensor(grad.indices)
     if op == Average:
         values = values / tf.cast(resolve(process_set).size(), values.dtype)
     elif op != Sum:
-        raise ValueError(
+        raise NotImplementedError(
             f"tf.IndexedSlices are exchanged by allgather, which supports op Sum or Average "
             f"only, not {op.name}; pass sparse_as_dense=True to reduce them densely"
         )
@@ -117,7 +118,7 @@ def _sparse_plan(grad, op, compression, process_set):
         ),
         _Part(
             ".indices",
-            grad.indices,
+            indices,
             _gatherer(process_set),
             tf.TensorShape([None]),
             reduces=False,
@@ -304,6 +305,19 @@ def _check_manifest(codes, labels, site, summed):
                 f"{_KINDS[np.argmax(mine)]}, the ranks together have {', '.join(kinds)}"
             )
     return summed
+
+
+def check_groups(num_groups=0, groups=None) -> None:
+    """Check Horovod's ``num_groups``/``groups`` as Horovod does; ringtrain needs neither.
+
+    Horovod groups gradients into fused allreduces by count or by lists of variables; here
+    the engine fuses what is ready, and the ``bucket_bytes`` setting groups the hand-overs.
+    """
+    chosen = num_groups if groups is None and num_groups else groups
+    if chosen is not None and not isinstance(chosen, list) and not chosen > 0:
+        raise ValueError(
+            f"groups must be a positive number or a list of lists of variables, got {chosen!r}"
+        )
 
 
 class GradientReduction:

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from ringtrain.ops import Average
 from ringtrain.tensorflow.compression import Compression
-from ringtrain.tensorflow.exchange import GradientReduction
+from ringtrain.tensorflow.exchange import GradientReduction, check_groups
 
 
 class DistributedGradientTape:
@@ -12,7 +12,9 @@ class DistributedGradientTape:
 
     Each gradient goes to the engine as soon as it is computed (last layers first inside
     ``tf.function``); every rank must ask for gradients of the same sources in the same
-    structure. With ``process_set`` they are reduced over that set's ranks only. The
+    structure. With ``process_set`` they are reduced over that set's ranks only. Horovod's
+    ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are accepted and have
+    no effect (``exchange.check_groups``). The
     gradients of sources registered with ``register_local_source`` stay on their rank (see
     ``ringtrain.tensorflow.local_sources``). Everything else (``watch``,
     ``stop_recording``, ...) is the wrapped tape's.
@@ -27,7 +29,12 @@ class DistributedGradientTape:
         gradient_predivide_factor=1.0,
         scale_local_gradients=True,
         process_set=None,
+        device_dense="",
+        device_sparse="",
+        num_groups=0,
+        groups=None,
     ):
+        check_groups(num_groups, groups)
         self._tape = gradtape
         self._reduction = GradientReduction(
             op,

@@ -24,7 +24,7 @@ from ringtrain.api import (
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
 from ringtrain.ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ringtrain.process_sets import ProcessSet, global_process_set
-from ringtrain.tensorflow.collectives import broadcast_variables
+from ringtrain.tensorflow.collectives import broadcast_global_variables, broadcast_variables
 from ringtrain.tensorflow.compression import Compression
 from ringtrain.tensorflow.keras import callbacks, elastic
 from ringtrain.tensorflow.keras.optimizer import (
@@ -68,6 +68,7 @@ __all__ = [
     "allgather_object",
     "allreduce",
     "broadcast",
+    "broadcast_global_variables",
     "broadcast_object",
     "broadcast_variables",
     "callbacks",

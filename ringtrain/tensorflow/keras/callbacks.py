@@ -43,13 +43,19 @@ class BroadcastGlobalVariablesCallback(_Callback):
     """At the start of the first ``fit``, give every rank ``root_rank``'s model and optimizer.
 
     Keras builds the optimizer before training starts, so its state (slots, iteration
-    count) is broadcast together with the model's weights.
+    count) is broadcast together with the model's weights. ``local_variables`` (a variable
+    or a list of them) keep each rank's own value; ``device`` is Horovod's and has no effect.
     """
 
-    def __init__(self, root_rank=0):
+    def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, list | tuple | set):
+            local_variables = [local_variables]
+        self.local_variables = {id(v) for v in local_variables}
 
     def on_train_begin(self, logs=None):
         """Broadcast once; later ``fit`` calls keep the ranks' identical state."""
@@ -59,6 +65,7 @@ class BroadcastGlobalVariablesCallback(_Callback):
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.built:
             variables += list(optimizer.variables)
+        variables = [v for v in variables if id(v) not in self.local_variables]
         broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
 

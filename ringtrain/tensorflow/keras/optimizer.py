@@ -13,7 +13,7 @@ from ringtrain.ops import Average, Min, ReduceOp
 from ringtrain.tensorflow import compat
 from ringtrain.tensorflow.collectives import allreduce
 from ringtrain.tensorflow.compression import Compression, by_name
-from ringtrain.tensorflow.exchange import GradientReduction, site_name
+from ringtrain.tensorflow.exchange import GradientReduction, check_groups, site_name
 
 _CONFIG_KEY = "ringtrain"
 _SITE = "DistributedOptimizer"
@@ -186,6 +186,11 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     average_aggregated_gradients=False,
     scale_local_gradients=True,
     process_set=None,
+    device_dense="",
+    device_sparse="",
+    num_groups=0,
+    groups=None,
+    use_locking=False,
 ):
     """Return a copy of the Keras ``optimizer`` that applies gradients reduced over all ranks.
 
@@ -197,8 +202,11 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     Horovod does. The gradients of variables registered with ``register_local_var`` are
     not exchanged (see ``ringtrain.tensorflow.local_sources``). With ``process_set`` the
     gradients are reduced over that set's ranks only; its config keeps the set's ranks, and
-    loading it needs a set of those ranks registered.
+    loading it needs a set of those ranks registered. Horovod's ``device_dense``,
+    ``device_sparse``, ``num_groups``, ``groups`` and ``use_locking`` are accepted and have
+    no effect (``exchange.check_groups``).
     """
+    check_groups(num_groups, groups)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"expected a Keras 3 optimizer instance, got {type(optimizer).__name__}")
     if is_distributed(optimizer):
