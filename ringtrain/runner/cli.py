@@ -67,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ringtrain-run: {shlex.join(launch)}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    if args.start_timeout is None:
-        os.execv(launch[0], launch)
     return watchdog.supervise(launch, job.num_proc, args.start_timeout, _where(job.hosts))
 
 

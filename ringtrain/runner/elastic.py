@@ -257,6 +257,8 @@ def _supervise(argv, where, elastic, blacklist):
         try:
             notified, complained = False, None
             while not _ended(proc):
+                if watchdog.end_if_stuck(proc, heard):
+                    break
                 if notified or stop or len(heard.started) < where[1]:
                     continue
                 try:

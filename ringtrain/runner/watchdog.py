@@ -2,8 +2,9 @@
 
 Ranks say they have started through the rank guard (``contract.ANNOUNCE``), whose line
 comes back through mpirun's standard output; the watchdog removes those lines from what it
-relays. In an elastic launch it also reads mpirun's standard error for the lines of ranks
-that failed or found a peer unreachable (``contract.FAILED``, ``contract.UNREACHABLE``).
+relays. It also reads mpirun's standard error for the lines of ranks that failed or found a
+peer unreachable (``contract.FAILED``, ``contract.UNREACHABLE``): mpirun that cannot end a
+job on a host that is cut off is killed ``ABORT_GRACE_SECONDS`` after such a line.
 
 PRRTE's own ``--spawn-timeout`` does not cover daemons that never start (an ssh that hangs
 at a prompt, say), and prterun ignores SIGTERM and SIGINT while it waits for them, so the
@@ -16,6 +17,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,13 +26,22 @@ from ringtrain import contract
 TIMED_OUT = 124  # the exit status when ranks did not start in time, as timeout(1) uses
 
 
+# After a rank reports a peer that stopped answering, mpirun has this long to end the job;
+# prterun waits for a daemon on a host that is cut off until TCP gives up (many minutes).
+ABORT_GRACE_SECONDS = 10.0
+
+
 @dataclasses.dataclass
 class Heard:
-    """What a launch's ranks said in the contract's lines: the ranks started, failed, lost."""
+    """What a launch's ranks said in the contract's lines: the ranks started, failed, lost.
+
+    ``lost_at``: when the first line about a peer that stopped answering came.
+    """
 
     started: set[int] = dataclasses.field(default_factory=set)
     failed: set[int] = dataclasses.field(default_factory=set)
     unreachable: set[int] = dataclasses.field(default_factory=set)
+    lost_at: float | None = None
 
     def note(self, line: bytes) -> bool:
         """Note ``line`` if it is one of the contract's; return True if it is not for people."""
@@ -42,36 +53,82 @@ class Heard:
             found = pattern.search(line)
             if found:
                 ranks.add(int(found[1]))
+                if ranks is self.unreachable and self.lost_at is None:
+                    self.lost_at = time.monotonic()
                 return hidden
         return False
 
 
-def supervise(argv: list[str], num_proc: int, timeout: float, where: Callable[[int], str]) -> int:
-    """Run ``argv``; return its exit status, or TIMED_OUT after killing it if ranks are late.
+def end_if_stuck(proc, heard: Heard) -> bool:
+    """Kill mpirun and its children if it outlives a lost peer by ABORT_GRACE_SECONDS.
 
-    ``where(rank)`` names the host of a rank for the message about ranks that did not start.
+    Returns True if it did (after saying so).
     """
-    with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
+    lost = heard.lost_at
+    if lost is None or time.monotonic() - lost < ABORT_GRACE_SECONDS or proc.poll() is not None:
+        return False
+    ranks = ", ".join(map(str, sorted(heard.unreachable)))
+    print(
+        f"ringtrain-run: rank(s) {ranks} stopped answering, and mpirun had not ended the job "
+        f"{ABORT_GRACE_SECONDS:g} s later; killing it",
+        file=sys.stderr,
+        flush=True,
+    )
+    _kill_tree(proc.pid)
+    proc.wait()
+    return True
+
+
+def supervise(
+    argv: list[str], num_proc: int, timeout: float | None, where: Callable[[int], str]
+) -> int:
+    """Run ``argv`` and relay its output; return its exit status.
+
+    Ends the job, and returns TIMED_OUT, if ranks have not all started within ``timeout``
+    seconds (None: no limit); ends it, and returns 1, if mpirun outlives a lost peer
+    (``end_if_stuck``). ``where(rank)`` names the host of a rank for the message about
+    ranks that did not start.
+    """
+    heard = Heard()
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         previous = {sig: signal.signal(sig, _handler(proc, sig)) for sig in _HANDLED}
+        pipes = (proc.stdout.fileno(), proc.stderr.fileno(), heard)
+        relay = threading.Thread(target=relay_noting, args=pipes, daemon=True)
+        relay.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            started, late = _relay_until_started(proc.stdout.fileno(), num_proc, timeout)
-            if late:
-                missing = sorted(set(range(num_proc)) - started)
-                print(
-                    f"ringtrain-run: {_describe(missing, where)} did not start within "
-                    f"{timeout:g} s; ending the job",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                _kill_tree(proc.pid)
-                proc.wait()
-                return TIMED_OUT
-            _relay(proc.stdout.fileno())
-            status = proc.wait()
+            while not _ended(proc):
+                if end_if_stuck(proc, heard):
+                    relay.join()
+                    return 1
+                late = deadline is not None and time.monotonic() > deadline
+                if late and len(heard.started) < num_proc:
+                    missing = sorted(set(range(num_proc)) - heard.started)
+                    print(
+                        f"ringtrain-run: {_describe(missing, where)} did not start within "
+                        f"{timeout:g} s; ending the job",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    _kill_tree(proc.pid)
+                    proc.wait()
+                    relay.join()
+                    return TIMED_OUT
+            relay.join()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    status = proc.returncode
     return 128 - status if status < 0 else status
+
+
+def _ended(proc, seconds=0.2):
+    """Return True once ``proc`` has ended, waiting up to ``seconds`` for it."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 # mpirun shares the runner's process group, so a SIGINT from the terminal reaches it directly:
@@ -83,22 +140,6 @@ def _handler(proc, sig):
     if sig == signal.SIGINT:
         return lambda signum, frame: None
     return lambda signum, frame: proc.send_signal(signum)
-
-
-def _relay_until_started(fd, num_proc, timeout):
-    heard = Heard()
-    pending = b""
-    deadline = time.monotonic() + timeout
-    late = False
-    while len(heard.started) < num_proc:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        late = not ready
-        chunk = os.read(fd, 65536) if ready else b""
-        if not chunk:
-            break
-        pending = _relay_lines(pending + chunk, heard, sys.stdout)
-    _write(pending, sys.stdout)
-    return heard.started, late
 
 
 def relay_noting(stdout: int, stderr: int, heard: Heard) -> None:
@@ -125,11 +166,6 @@ def _relay_lines(data, heard, stream):
         if not heard.note(line):
             _write(line + b"\n", stream)
     return pending
-
-
-def _relay(fd):
-    while chunk := os.read(fd, 65536):
-        _write(chunk, sys.stdout)
 
 
 def _write(data, stream):

@@ -4,7 +4,7 @@ Usage: ``stalled_peer.py MODE RANK STEPS MIB``: every rank allreduces MIB MiB of
 float32 data STEPS times, checking each result against NumPy; at step 3 rank RANK's host
 stops answering: MODE ``stop`` (the rank freezes itself with SIGSTOP before it submits
 step 3), ``stop-mid`` (a timer freezes it 20 ms into step 3's allreduce), ``down`` (its
-host's link goes down), ``loss`` (its link drops every packet), or ``none``.
+host's link goes down), ``drop`` (every packet it sends is dropped), or ``none``.
 """
 
 import os
@@ -21,7 +21,9 @@ import ringtrain
 
 FAULTS = {
     "down": ["ip", "link", "set", "eth0", "down"],
-    "loss": ["tc", "qdisc", "add", "dev", "eth0", "root", "netem", "loss", "100%"],
+    # Every packet the host sends is dropped (as `tc netem loss 100%` would, on kernels that
+    # have netem): its connected route becomes a black hole.
+    "drop": ["ip", "route", "replace", "blackhole", "10.231.0.0/24"],
 }
 
 
