@@ -5,8 +5,19 @@ import time
 
 import numba
 import numpy as np
+import pytest
 
+from ringtrain.errors import CollectiveTimeoutError
+from ringtrain.topology import Topology
 from ringtrain.transport import flags
+from ringtrain.transport.progress import Waiter
+
+
+def _waiter(timeout=0.0, size=1):
+    """Return a Waiter of rank 0 among ``size`` ranks, each on its own host."""
+    names = tuple(f"host{q}" for q in range(size))
+    topology = Topology(0, size, 0, 1, 0, size, tuple(range(size)), names, tuple(range(size)))
+    return Waiter(timeout, topology)
 
 
 def test_each_flag_has_its_own_cache_line():
@@ -26,11 +37,11 @@ def test_the_fenced_forms_store_and_load_the_same_words():
 
 def test_wait_until_returns_once_another_thread_publishes_enough():
     words = np.zeros(flags.flag_words(1), np.uint64)
-    flags.wait_until(words, 0, 0)  # already there
+    flags.wait_until(words, 0, 0, _waiter())  # already there
     done = threading.Event()
 
     def waiter():
-        flags.wait_until(words, 0, 3)
+        flags.wait_until(words, 0, 3, _waiter())
         done.set()
 
     thread = threading.Thread(target=waiter)
@@ -59,7 +70,8 @@ def test_follow_waits_in_python_and_resumes_a_compiled_loop_where_it_stopped():
     outcomes = []
     # A daemon thread, so that a loop that never finishes fails the test instead of hanging it.
     follower = threading.Thread(
-        target=lambda: outcomes.append(flags.follow(_note_counts, words, out)), daemon=True
+        target=lambda: outcomes.append(flags.follow(_note_counts, words, _waiter(), out)),
+        daemon=True,
     )
     follower.start()
     for count in range(3, 6):
@@ -70,3 +82,12 @@ def test_follow_waits_in_python_and_resumes_a_compiled_loop_where_it_stopped():
     # Each step ran once, and only after its count was published.
     assert all(out[k] >= k + 1 for k in range(5)), out
     assert out.tolist() == sorted(out.tolist()), out
+
+
+def test_a_flag_that_never_moves_fails_the_wait_naming_its_rank_and_host():
+    words = np.zeros(flags.flag_words(6), np.uint64)
+    began = time.monotonic()
+    with pytest.raises(CollectiveTimeoutError, match=r"waited 0 s for rank 1 on host1") as caught:
+        flags.wait_until(words, 4, 1, _waiter(timeout=0.3, size=3))  # flag 4: rank 1's
+    assert 0.3 <= time.monotonic() - began < 5
+    assert caught.value.peers == ((1, "host1"),)

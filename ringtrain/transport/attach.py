@@ -122,7 +122,8 @@ class AttachRing:
     ``SharedRing``); ``limit_bytes`` says which calls have few enough pieces for that.
     """
 
-    def __init__(self, comm, regions: SharedRegions, pids, pool):
+    def __init__(self, comm, regions: SharedRegions, pids, pool, waiter):
+        self._waiter = waiter  # every wait for a peer's flag goes through it
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._regions = regions
@@ -135,7 +136,7 @@ class AttachRing:
         self._iov = np.empty(4, np.uint64)  # scratch for the compiled reads
 
     @classmethod
-    def create(cls, comm, regions: SharedRegions, pool):
+    def create(cls, comm, regions: SharedRegions, pool, waiter):
         """Return an ``AttachRing`` on every rank, or None on all: collective.
 
         None when some rank cannot read another's memory (no ``process_vm_readv``, or the
@@ -157,7 +158,7 @@ class AttachRing:
         every = all(comm.allgather(works))  # the probe words stay alive until all have read
         if not every:
             return None
-        return cls(comm, regions, [pid for pid, _ in pids], pool)
+        return cls(comm, regions, [pid for pid, _ in pids], pool, waiter)
 
     @property
     def limit_bytes(self) -> int:
@@ -185,7 +186,7 @@ class AttachRing:
         shared = False
         if place is not None:
             publish(flags, rank, base)  # the vote is in (output 0 is not: see below)
-            shared = regions.carried(call, base)
+            shared = regions.carried(call, base, self._waiter)
         dst = regions.destination(place, shared, src, dst, new)
         op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         left, right = (rank - 1) % n, (rank + 1) % n
@@ -194,18 +195,18 @@ class AttachRing:
         base += 1  # progress counts from here: ``base`` itself says only that a vote is in
         self._addresses[rank] = (src.ctypes.data, dst.ctypes.data)
         publish(flags, rank, base + first)  # begun: addresses and output 0 are ready
-        wait_until(flags, left, base)
+        wait_until(flags, left, base, self._waiter)
         left_src, left_dst = (int(a) for a in self._addresses[left])
         scratch = self._pool.get("attach-scratch", chunk, src.dtype)
         outcome = follow(
-            _reduce_scatter, flags, rank, n, base, self._pids[left], left_src, left_dst,
-            limits, lefts, first, chunk, scratch, src, dst, op, scale, self._iov,
+            _reduce_scatter, flags, self._waiter, rank, n, base, self._pids[left], left_src,
+            left_dst, limits, lefts, first, chunk, scratch, src, dst, op, scale, self._iov,
         )  # fmt: skip
         reduced = time.perf_counter_ns()
         if outcome[0] == DONE and allgather and not shared:
             outcome = follow(
-                _allgather, flags, rank, right, n, base, self._pid_array, self._addresses,
-                limits, pieces, ahead, counted, chunk, dst, self._iov,
+                _allgather, flags, self._waiter, rank, right, n, base, self._pid_array,
+                self._addresses, limits, pieces, ahead, counted, chunk, dst, self._iov,
             )  # fmt: skip
         if outcome[0] == _FAILED:
             err, address, owner = outcome[1:]
@@ -214,7 +215,7 @@ class AttachRing:
         # Until every rank is done, one may still read this rank's buffers; and a shared
         # result is whole only once every rank has written its segment.
         for q in range(n):
-            wait_until(flags, n + q, call + 1)
+            wait_until(flags, n + q, call + 1, self._waiter)
         if shared:
             dst.flags.writeable = False
         return dst, reduced

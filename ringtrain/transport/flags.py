@@ -7,7 +7,6 @@ count on any processor (on x86 both are plain moves, which it keeps in order).
 Counts are unsigned 64-bit words, one per cache line, so ranks never write the same line.
 """
 
-import os
 import platform
 
 import numba
@@ -74,14 +73,16 @@ def observe(flags: np.ndarray, index: int) -> int:
     return int(load(flags, index))
 
 
-def wait_until(flags: np.ndarray, index: int, target: int) -> None:
-    """Return once flag ``index`` is at least ``target``, yielding the CPU on every look.
+def wait_until(flags: np.ndarray, index: int, target: int, waiter) -> None:
+    """Return once flag ``index`` is at least ``target``, waiting through ``waiter``.
 
-    Flags only grow. A peer that never gets there keeps this waiting, as a barrier would: a
-    rank that dies takes the job down with it (``ringtrain-run``, ``mpirun``).
+    Flags only grow. Flag ``index`` belongs to rank ``index % waiter.size``; a peer that
+    never gets there fails the wait after the waiter's timeout (``progress.Waiter``).
     """
-    while observe(flags, index) < target:
-        os.sched_yield()  # for ranks that share cores; it costs little where none waits
+    if observe(flags, index) >= target:
+        return  # the common case, without the waiter's call
+    peer = [index % waiter.size]
+    waiter.until(lambda: observe(flags, index) >= target, peer, "a ring through shared memory")
 
 
 # What a compiled loop over flags returns first (see ``follow``).
@@ -106,12 +107,13 @@ def through(step):
     return DONE, np.int64(step), np.int64(0), np.int64(0), np.int64(0)
 
 
-def follow(loop, flags, *args):
+def follow(loop, flags, waiter, *args):
     """Run compiled ``loop(flags, *args, start)`` to its end; return its last outcome.
 
     Such a loop works through its steps from step ``start`` and returns (status, step, a, b,
     c). With status WAIT, flag ``a`` has not reached ``b`` before step ``step``: this waits
-    for it here in Python, where Ctrl-C still works, and calls the loop again from that step.
+    for it here in Python (``wait_until`` through ``waiter``), where Ctrl-C still works, and
+    calls the loop again from that step.
     Any other status ends it, and (status, a, b, c) is returned: DONE, or the loop's own.
     """
     start = 0
@@ -119,4 +121,4 @@ def follow(loop, flags, *args):
         status, start, a, b, c = loop(flags, *args, start)
         if status != WAIT:
             return status, a, b, c
-        wait_until(flags, a, b)
+        wait_until(flags, a, b, waiter)

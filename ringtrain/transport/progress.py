@@ -38,20 +38,29 @@ class Waiter:
         self._hosts = topology.host_names
         self._world = topology.world_ranks
 
+    @property
+    def size(self) -> int:
+        """Return the number of ranks of the communicator."""
+        return len(self._hosts)
+
     def wait(self, request, peers, what: str) -> None:
-        """Return once ``request`` completes; ``peers`` are the ranks it waits for.
+        """Return once MPI ``request`` completes; ``peers`` are the ranks it waits for.
 
         Raises ``CollectiveTimeoutError`` naming them, their hosts and ``what`` once
         ``timeout`` seconds pass without the request completing.
         """
-        if request.Test():
+        self.until(request.Test, peers, what)
+
+    def until(self, ready, peers, what: str) -> None:
+        """Return once ``ready()`` is true, polling it as ``wait`` polls a request."""
+        if ready():
             return
         began = time.perf_counter()
         pause = _FIRST_SLEEP
         limit = self.timeout
         if limit and all(self._hosts[p] == self._hosts[self._rank] for p in peers):
             limit += LOCAL_GRACE_SECONDS
-        while not request.Test():
+        while not ready():
             waited = time.perf_counter() - began
             if waited < SPIN_SECONDS:
                 os.sched_yield()

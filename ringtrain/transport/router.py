@@ -73,8 +73,8 @@ class Transport:
         elif shared_bytes > 0 and self.size > 1 and topology.one_host:
             regions = SharedRegions(comm, shared_bytes, result_bytes)
             if regions.available:
-                self.shared = SharedRing(comm, regions)
-                self.attach = AttachRing.create(comm, regions, pool)
+                self.shared = SharedRing(comm, regions, self.waiter)
+                self.attach = AttachRing.create(comm, regions, pool, self.waiter)
         cores = comm.allreduce(os.cpu_count() or 1, op=MPI.MIN) if self.attach else 0
         self.capabilities = Capabilities(
             size=self.size,

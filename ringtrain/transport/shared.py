@@ -140,14 +140,14 @@ class SharedRegions:
         self.votes[call % 2, rank] = vote
         return place if vote else None
 
-    def carried(self, call: int, begun: int) -> bool:
+    def carried(self, call: int, begun: int, waiter) -> bool:
         """Return True if every rank voted yes on ``call``: for a rank that voted yes.
 
         Waits until every rank's progress flag is at least ``begun``, the value it publishes
         once its vote is in.
         """
         for q in range(self.votes.shape[1]):
-            wait_until(self.flags, q, begun)
+            wait_until(self.flags, q, begun, waiter)
         return bool(self.votes[call % 2].all())
 
     def destination(self, place, shared: bool, src, dst, new):
@@ -176,7 +176,8 @@ class SharedRegions:
 class SharedRing:
     """Ring collectives of one rank through ``regions`` (see the module docstring)."""
 
-    def __init__(self, comm: MPI.Comm, regions: SharedRegions):
+    def __init__(self, comm: MPI.Comm, regions: SharedRegions, waiter):
+        self._waiter = waiter  # every wait for a peer's flag goes through it
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._regions = regions
@@ -208,29 +209,29 @@ class SharedRing:
         n, rank, flags = self.size, self.rank, self._flags
         if call >= 2:  # nobody may still read this half of the regions from two calls ago
             for q in range(n):
-                wait_until(flags, n + q, call - 1)
+                wait_until(flags, n + q, call - 1, self._waiter)
         base = (call + 1) << self._shift  # above anything an earlier call published, and 0
         regions = self._regions
         place = regions.vote(call, rank, src, dst is None and read_only) if allgather else None
         publish(flags, rank, base)  # this call has begun, and the vote is in
         # One that voted no knows the outcome already.
-        shared = place is not None and regions.carried(call, base)
+        shared = place is not None and regions.carried(call, base, self._waiter)
         dst = regions.destination(place, shared, src, dst, new)
         op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
         table = self._regions.table(src.dtype)
         limits = limits_of(tuple(bounds))
         chunk = max(1, CHUNK_BYTES // src.itemsize)
         follow(
-            _reduce_scatter, flags, rank, n, base, limits, self._orders, chunk,
+            _reduce_scatter, flags, self._waiter, rank, n, base, limits, self._orders, chunk,
             src, dst, table, half, op, scale, not allgather or shared,
         )  # fmt: skip
         reduced = time.perf_counter_ns()
         if allgather and shared:  # every rank reads the result in place: wait for all of it
             for q in range(n):
-                wait_until(flags, q, base + len(src))
+                wait_until(flags, q, base + len(src), self._waiter)
             dst.flags.writeable = False
         elif allgather:
-            follow(_allgather, flags, rank, n, base, limits, chunk, dst, table, half)
+            follow(_allgather, flags, self._waiter, rank, n, base, limits, chunk, dst, table, half)
         publish(flags, n + rank, call + 1)
         return dst, reduced
 

@@ -13,6 +13,8 @@ from common import assert_equal, expected, main, rank_data
 from mpi4py import MPI
 
 import ringtrain
+from ringtrain.topology import discover
+from ringtrain.transport.progress import Waiter
 from ringtrain.transport.schedule import segment_bounds
 from ringtrain.transport.shared import SharedRegions, SharedRing
 
@@ -20,7 +22,7 @@ from ringtrain.transport.shared import SharedRegions, SharedRing
 def body():
     comm = MPI.COMM_WORLD.Dup()
     r, n = comm.Get_rank(), comm.Get_size()
-    ring = SharedRing(comm, SharedRegions(comm, 4 << 20))
+    ring = SharedRing(comm, SharedRegions(comm, 4 << 20), Waiter(60, discover(comm)))
     calls = 6
     # One row of 3 elements: rank 0's share is all of it, the others' shares are empty.
     bounds = [(lo * 3, hi * 3) for lo, hi in segment_bounds(1, n)]
