@@ -216,3 +216,35 @@ def _left_running(names, script):
                 if script in Path(f"/proc/{pid}/cmdline").read_text():
                     left.append((name, pid))
     return left
+
+
+def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
+    """A host that froze is left out, and the job finishes from its last commit without it.
+
+    Rank 3, alone on the third host, freezes at step 20 of 80: the job ends, and is
+    relaunched on the other two hosts from step 20, ending as if uninterrupted (the replay).
+    """
+    names, _ = cluster
+    every = ",".join(f"{name}:{slots}" for name, slots in zip(names, SLOTS, strict=True))
+    script = discovery.script(tmp_path, every.replace(",", "\n"))
+    done, _ = _launch(
+        cluster,
+        str(ELASTIC_JOB),
+        where=["-np", "4", "--min-np", "2", "--host-discovery-script", script,
+               "--blacklist-cooldown", "600"],
+        settings={
+            "RINGTRAIN_COLLECTIVE_TIMEOUT": str(TIMEOUT),
+            "ELASTIC_STEPS": "80",
+            "ELASTIC_COMMIT_EVERY": "5",
+            "ELASTIC_OUT": str(tmp_path / "out.json"),
+            "ELASTIC_FREEZE": "0:20:3",
+        },
+        timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert re.search(rf"rank 3 on {names[2]}", done.stderr), done.stderr
+    assert f"host {names[2]} failed" in done.stderr, done.stderr
+    assert f"generation 1: 3 ranks on {names[0]}:2, {names[1]}:1" in done.stderr
+    result = replay.checked_result(tmp_path / "out.json", 80)
+    sizes = [size for _, size, _ in result["history"]]
+    assert sizes == [4] * 20 + [3] * 60

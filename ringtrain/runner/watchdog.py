@@ -41,7 +41,7 @@ class Heard:
     started: set[int] = dataclasses.field(default_factory=set)
     failed: set[int] = dataclasses.field(default_factory=set)
     unreachable: set[int] = dataclasses.field(default_factory=set)
-    lost_at: float | None = None
+    lost_at: float | None = dataclasses.field(default=None, compare=False)
 
     def note(self, line: bytes) -> bool:
         """Note ``line`` if it is one of the contract's; return True if it is not for people."""

@@ -8,6 +8,8 @@ and every step's (step, world size, launch), so the test can replay the run in N
 - ELASTIC_TAG: put before the generation to name a launch in the history ("a" gives a0, a1);
 - ELASTIC_CRASH ``generation:step:rank``: that rank dies there without a word (``*``: in
   every generation);
+- ELASTIC_FREEZE ``generation:step:rank``: that rank freezes there (SIGSTOP), as a hung
+  host would, until the job ends it;
 - ELASTIC_LOSE ``generation:step:rank:peer``: that rank says (``contract.unreachable_line``)
   that rank ``peer`` stopped answering, and exits with status 3;
 - ELASTIC_HOSTS ``generation:step:file:host:N,...``: there rank 0 writes those hosts to the
@@ -17,6 +19,7 @@ and every step's (step, world size, launch), so the test can replay the run in N
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -47,6 +50,7 @@ def main():
     generation = settings.elastic_launch().generation
     crash = os.environ.get("ELASTIC_CRASH", "")
     lose = os.environ.get("ELASTIC_LOSE", "")
+    freeze = os.environ.get("ELASTIC_FREEZE", "")
     hosts = os.environ.get("ELASTIC_HOSTS", "")
     slow = float(os.environ.get("ELASTIC_SLOW", "0"))
     launch = os.environ.get("ELASTIC_TAG", "") + str(generation)
@@ -65,6 +69,8 @@ def main():
         while state.step < steps:
             if _at(crash, generation, state.step) == str(ringtrain.rank()):
                 os._exit(3)
+            if _at(freeze, generation, state.step) == str(ringtrain.rank()):
+                os.kill(os.getpid(), signal.SIGSTOP)
             lost = (_at(lose, generation, state.step) or ":").split(":")
             if lost[0] == str(ringtrain.rank()):
                 print(contract.unreachable_line(int(lost[1]), "elsewhere"), file=sys.stderr)
