@@ -55,7 +55,6 @@ class Engine:
         self.transport = Transport(comm, topology, settings, self._pool)
         # The timeout that the transport agreed on (rank 0's): every rank beats alike.
         self._liveness = Liveness(self.transport.waiter.timeout, self.size)
-        self._next_liveness_check = 0.0
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.transport, self._pool, self._timeline)
@@ -211,19 +210,15 @@ class Engine:
         liveness = self._liveness
         if self._coordinator is not None:
             responses = self._coordinate()
-            if responses or liveness.beat_due():
-                self._control.respond(messages.to_wire(responses))  # [] is a heartbeat
-                liveness.spoke()
+            if responses:
+                self._control.respond(messages.to_wire(responses))
         else:
             responses = []
             for wire in self._control.responses():
                 responses.extend(messages.from_wire(wire))
                 liveness.heard(0)
-            if not active and liveness.beat_due():
-                self._control.submit([])  # a heartbeat
-                liveness.spoke()
-        if liveness.timeout and time.monotonic() >= self._next_liveness_check:
-            self._check_liveness()
+        if liveness.beat_due():
+            self._beat()
         for response in responses:
             if response.kind == messages.WITHDRAWN:
                 self._forget(response)
@@ -238,18 +233,21 @@ class Engine:
                 return True
             self._execute(response)
             liveness.heard_all()  # every rank took part in it
-        self._control.settle_sends()
         return active or bool(responses)
 
-    def _check_liveness(self):
-        """Fail if a rank this one waits for has fallen silent (``engine.liveness``)."""
-        self._next_liveness_check = time.monotonic() + 0.25
+    def _beat(self):
+        """Send a heartbeat, and fail if a rank this one waits for has fallen silent.
+
+        See ``engine.liveness``; the coordinator's heartbeat is an empty list of responses.
+        """
         if self._coordinator is not None:
+            self._control.respond([])
             if not self._coordinator.pending():
                 return
             silent = self._liveness.silent(range(1, self.size))
             waiting = "tensors waited for it to submit them"
         else:
+            self._control.submit([])
             if not self._inflight:
                 return
             silent = self._liveness.silent([0])
@@ -293,7 +291,6 @@ class Engine:
             self._coordinator.add(self.rank, entries)
         else:
             self._control.submit(entries)
-            self._liveness.spoke()
         return True
 
     def _coordinate(self):

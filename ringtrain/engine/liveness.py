@@ -1,7 +1,8 @@
 """Whether the other ranks' engines still answer: heartbeats on the control channel.
 
-Every engine sends the coordinator a message at least every ``beat_every`` seconds (an empty
-one when it has nothing to say), and the coordinator sends every rank one likewise. A rank
+Every engine sends the coordinator an empty message every ``beat_every`` seconds, and the
+coordinator sends every rank one likewise; each also checks then whether a peer it waits
+for has been silent too long. A rank
 whose process is frozen (SIGSTOP, a hung kernel or driver) or cut off falls silent. The
 coordinator fails when some tensor waits for ranks and a rank has been silent for the
 timeout; any other rank fails when it waits for responses and the coordinator has been
@@ -15,7 +16,7 @@ _LONGEST_BEAT = 1.0  # seconds between heartbeats at most
 
 
 class Liveness:
-    """When this rank last heard from each rank of ``size``, and when it last spoke.
+    """When this rank last heard from each rank of ``size``, and when it beats next.
 
     ``timeout`` 0 turns the check off (and the heartbeats with it).
     """
@@ -26,7 +27,9 @@ class Liveness:
         self._clock = clock
         now = clock()
         self._heard = [now] * size
-        self._spoke = now
+        self._everyone = now  # when a collective last completed: every rank took part
+        self._next_beat = now + self.beat_every if timeout else float("inf")
+        self._calls = 0
 
     def heard(self, rank: int) -> None:
         """Note a message from ``rank``."""
@@ -34,19 +37,26 @@ class Liveness:
 
     def heard_all(self) -> None:
         """Note that every rank took part in a collective that completed."""
-        self._heard = [self._clock()] * len(self._heard)
-
-    def spoke(self) -> None:
-        """Note that this rank has just sent a message (a heartbeat or any other)."""
-        self._spoke = self._clock()
+        self._everyone = self._clock()
 
     def beat_due(self) -> bool:
-        """Return True if this rank has been quiet for a heartbeat's interval."""
-        return bool(self.beat_every) and self._clock() - self._spoke >= self.beat_every
+        """Return True, once every ``beat_every`` seconds, when it is time for a heartbeat.
+
+        Called on every turn of the engine, it reads the clock on every 64th call only.
+        """
+        self._calls += 1
+        if self._calls & 63:
+            return False
+        now = self._clock()
+        if now < self._next_beat:
+            return False
+        self._next_beat = now + self.beat_every
+        return True
 
     def silent(self, ranks) -> list[tuple[int, float]]:
         """Return (rank, seconds) for each of ``ranks`` silent for longer than the timeout."""
         if not self.timeout:
             return []
-        now = self._clock()
-        return [(r, now - self._heard[r]) for r in ranks if now - self._heard[r] > self.timeout]
+        now, everyone = self._clock(), self._everyone
+        quiet = [(r, now - max(self._heard[r], everyone)) for r in ranks]
+        return [(r, seconds) for r, seconds in quiet if seconds > self.timeout]

@@ -27,29 +27,41 @@ class ControlChannel:
 
     def submit(self, entries) -> None:
         """Send ``entries`` (a list of metas, cache ids, withdrawals...) to the coordinator."""
+        self._settle_sends()
         self._sends.append(self._comm.isend(entries, 0, _TAG_REQUEST))
 
     def submissions(self):
-        """Yield (rank, entries) for every submission that has reached the coordinator."""
-        status = self._status
-        while (message := self._comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)) is not None:
-            yield status.Get_source(), message.recv()
+        """Return (rank, entries) for every submission that has reached the coordinator."""
+        comm, status = self._comm, self._status
+        message = comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)
+        if message is None:
+            return ()  # the common empty turn, without a list to make
+        received = []
+        while message is not None:
+            received.append((status.Get_source(), message.recv()))
+            message = comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)
+        return received
 
     def respond(self, wire) -> None:
         """Send ``wire`` (responses in their wire form) to every other rank, pickled once."""
         payload = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
+        self._settle_sends()
         for dest in range(1, self.size):
             self._sends.append(self._comm.isend(payload, dest, _TAG_RESPONSE))
 
-    def responses(self) -> list:
+    def responses(self):
         """Return the wire forms of every response that has reached this rank, in order."""
+        message = self._comm.improbe(0, _TAG_RESPONSE)
+        if message is None:
+            return ()  # the common empty turn, without a list to make
         received = []
-        while (message := self._comm.improbe(0, _TAG_RESPONSE)) is not None:
+        while message is not None:
             received.append(pickle.loads(message.recv()))
+            message = self._comm.improbe(0, _TAG_RESPONSE)
         return received
 
-    def settle_sends(self) -> None:
-        """Forget the sends that have completed."""
+    def _settle_sends(self) -> None:
+        """Forget the sends that have completed (before each new one: the list stays short)."""
         if self._sends:
             self._sends = [r for r in self._sends if not r.Test()]
 

@@ -7,6 +7,7 @@ count on any processor (on x86 both are plain moves, which it keeps in order).
 Counts are unsigned 64-bit words, one per cache line, so ranks never write the same line.
 """
 
+import os
 import platform
 
 import numba
@@ -14,6 +15,7 @@ import numpy as np
 from numba.extending import intrinsic
 
 from ringtrain.kernels.cpu import njit
+from ringtrain.transport.progress import SPINS
 
 STRIDE = 8  # words between two flags: a 64-byte cache line each
 
@@ -79,8 +81,10 @@ def wait_until(flags: np.ndarray, index: int, target: int, waiter) -> None:
     Flags only grow. Flag ``index`` belongs to rank ``index % waiter.size``; a peer that
     never gets there fails the wait after the waiter's timeout (``progress.Waiter``).
     """
-    if observe(flags, index) >= target:
-        return  # the common case, without the waiter's call
+    for _ in range(SPINS):  # the common short wait, inline: no call of the waiter's per poll
+        if observe(flags, index) >= target:
+            return
+        os.sched_yield()
     peer = [index % waiter.size]
     waiter.until(lambda: observe(flags, index) >= target, peer, "a ring through shared memory")
 
