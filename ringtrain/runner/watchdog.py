@@ -68,14 +68,11 @@ def end_if_stuck(proc, heard: Heard) -> bool:
     if lost is None or time.monotonic() - lost < ABORT_GRACE_SECONDS or proc.poll() is not None:
         return False
     ranks = ", ".join(map(str, sorted(heard.unreachable)))
-    print(
-        f"ringtrain-run: rank(s) {ranks} stopped answering, and mpirun had not ended the job "
+    _end(
+        proc,
+        f"rank(s) {ranks} stopped answering, and mpirun had not ended the job "
         f"{ABORT_GRACE_SECONDS:g} s later; killing it",
-        file=sys.stderr,
-        flush=True,
     )
-    _kill_tree(proc.pid)
-    proc.wait()
     return True
 
 
@@ -104,14 +101,11 @@ def supervise(
                 late = deadline is not None and time.monotonic() > deadline
                 if late and len(heard.started) < num_proc:
                     missing = sorted(set(range(num_proc)) - heard.started)
-                    print(
-                        f"ringtrain-run: {_describe(missing, where)} did not start within "
-                        f"{timeout:g} s; ending the job",
-                        file=sys.stderr,
-                        flush=True,
+                    _end(
+                        proc,
+                        f"{_describe(missing, where)} did not start within {timeout:g} s; "
+                        "ending the job",
                     )
-                    _kill_tree(proc.pid)
-                    proc.wait()
                     relay.join()
                     return TIMED_OUT
             relay.join()
@@ -120,6 +114,13 @@ def supervise(
                 signal.signal(sig, handler)
     status = proc.returncode
     return 128 - status if status < 0 else status
+
+
+def _end(proc, why: str) -> None:
+    """Say ``why`` the launcher ends the job, then kill mpirun and its children."""
+    print(f"ringtrain-run: {why}", file=sys.stderr, flush=True)
+    _kill_tree(proc.pid)
+    proc.wait()
 
 
 def _ended(proc, seconds=0.2):
