@@ -14,8 +14,6 @@ import numpy as np
 
 from ringtrain.kernels.cpu import njit
 
-_TAG = 8  # on the executor's communicator; the message ring uses 7
-
 
 @njit
 def _dots(a, b):
@@ -76,7 +74,7 @@ def _coefficients(ab, aa, bb):
     )
 
 
-def _group_sum(comm, rank, group, partial):
+def _group_sum(exchange, rank, group, partial):
     """Return the sum, in member order, of ``partial`` over the ``group`` ranks around ``rank``.
 
     The members are the ranks that agree on every bit above ``group`` (a power of two);
@@ -89,14 +87,7 @@ def _group_sum(comm, rank, group, partial):
     while distance < group:
         mine = me // distance * distance
         theirs = (me ^ distance) // distance * distance
-        comm.Sendrecv(
-            rows[mine : mine + distance],
-            rank ^ distance,
-            _TAG,
-            rows[theirs : theirs + distance],
-            rank ^ distance,
-            _TAG,
-        )
+        exchange(rows[mine : mine + distance], rows[theirs : theirs + distance], rank ^ distance)
         distance <<= 1
     total = rows[0].copy()
     for row in rows[1:]:
@@ -104,11 +95,12 @@ def _group_sum(comm, rank, group, partial):
     return total
 
 
-def adasum(comm, vector: np.ndarray, theirs: np.ndarray) -> np.ndarray:
-    """Replace ``vector`` by the Adasum over ``comm``'s ranks (a power of two) of each one's.
+def adasum(rank, size, vector: np.ndarray, theirs: np.ndarray, exchange) -> np.ndarray:
+    """Replace ``vector`` by the Adasum over ``size`` ranks (a power of two) of each one's.
 
     ``vector`` and ``theirs`` (scratch of the same size) are 1-D, float32 or float64;
-    collective over ``comm``. Returns ``vector``.
+    collective over the ranks. ``exchange(send, recv, partner)`` sends the array ``send`` to
+    rank ``partner`` and receives ``recv`` from it (the transport's). Returns ``vector``.
 
     Vector halving, distance doubling, as Horovod's: at each level partners split the piece
     they share, each keeps a half and receives the partner's copy of it, and every rank
@@ -116,7 +108,6 @@ def adasum(comm, vector: np.ndarray, theirs: np.ndarray) -> np.ndarray:
     halves' (a group sum over the ranks that hold a piece of the same pair). Then the
     pieces travel back, level by level, until every rank holds the whole result.
     """
-    rank, size = comm.Get_rank(), comm.Get_size()
     lo, hi = 0, vector.size
     splits = []
     distance = 1
@@ -127,12 +118,10 @@ def adasum(comm, vector: np.ndarray, theirs: np.ndarray) -> np.ndarray:
         (keep_lo, keep_hi), (give_lo, give_hi) = (
             ((lo, mid), (mid, hi)) if lower else ((mid, hi), (lo, mid))
         )
-        comm.Sendrecv(
-            vector[give_lo:give_hi], partner, _TAG, theirs[keep_lo:keep_hi], partner, _TAG
-        )
+        exchange(vector[give_lo:give_hi], theirs[keep_lo:keep_hi], partner)
         mine, peer = vector[keep_lo:keep_hi], theirs[keep_lo:keep_hi]
         a, b = (mine, peer) if lower else (peer, mine)
-        ab, aa, bb = _group_sum(comm, rank, 2 * distance, np.array(_dots(a, b)))
+        ab, aa, bb = _group_sum(exchange, rank, 2 * distance, np.array(_dots(a, b)))
         ca, cb = _coefficients(ab, aa, bb)
         _mix(a, b, mine, ca, cb)
         splits.append((lo, hi))
@@ -143,6 +132,6 @@ def adasum(comm, vector: np.ndarray, theirs: np.ndarray) -> np.ndarray:
         partner = rank ^ distance
         whole_lo, whole_hi = splits.pop()
         other_lo, other_hi = (hi, whole_hi) if lo == whole_lo else (whole_lo, lo)
-        comm.Sendrecv(vector[lo:hi], partner, _TAG, vector[other_lo:other_hi], partner, _TAG)
+        exchange(vector[lo:hi], vector[other_lo:other_hi], partner)
         lo, hi = whole_lo, whole_hi
     return vector

@@ -20,6 +20,7 @@ from ringtrain.transport import schedule
 from ringtrain.transport.adasum import adasum
 
 _TAG = 7
+_ADASUM_TAG = 8
 _WINDOW = 4  # receives posted ahead of the one being reduced
 
 
@@ -133,7 +134,16 @@ class MessageTransport:
 
     def adasum(self, vector, scratch) -> None:
         """Combine every rank's ``vector`` by Adasum, in place; ``scratch`` is as large."""
-        adasum(self.comm, vector, scratch)
+        adasum(self.rank, self.size, vector, scratch, self._exchange)
+
+    def _exchange(self, send, recv, partner) -> None:
+        """Send ``send`` to rank ``partner`` and receive ``recv`` from it, through the waiter."""
+        requests = [
+            self.comm.Irecv(recv, partner, _ADASUM_TAG),
+            self.comm.Isend(send, partner, _ADASUM_TAG),
+        ]
+        what = f"an Adasum exchange of {recv.nbytes} bytes"
+        self._waiter.wait_all(requests, [self._ranks[partner]], what)
 
 
 def displacements(counts) -> list[int]:
