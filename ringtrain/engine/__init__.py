@@ -7,5 +7,7 @@
   ranks and coordinator tell each other; ``stall``: names some ranks submitted and others not.
 - ``planner`` (pure): a response into a plan; ``executor``: carries plans out through the
   transport (``ringtrain.transport``); ``results``: result memory, read-only sharing included.
+- ``liveness``: heartbeats on the control channel, and the check that fails a collective
+  whose peer has fallen silent.
 - ``timeline``: the Chrome-trace timeline.
 """

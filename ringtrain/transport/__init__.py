@@ -10,4 +10,6 @@
 - ``hierarchical``: reduce within hosts, ring across them, broadcast within them.
 - ``schedule``: the ring's pure schedule; ``local``: the route of a one-rank call.
 - ``control``: the engine's control channel (submissions to rank 0, its responses, the abort).
+- ``progress``: the one ``Waiter`` through which every wait for a peer polls, then sleeps,
+  and fails after ``RINGTRAIN_COLLECTIVE_TIMEOUT`` without progress.
 """
