@@ -29,7 +29,6 @@ class Liveness:
         self._heard = [now] * size
         self._everyone = now  # when a collective last completed: every rank took part
         self._next_beat = now + self.beat_every if timeout else float("inf")
-        self._calls = 0
 
     def heard(self, rank: int) -> None:
         """Note a message from ``rank``."""
@@ -40,13 +39,7 @@ class Liveness:
         self._everyone = self._clock()
 
     def beat_due(self) -> bool:
-        """Return True, once every ``beat_every`` seconds, when it is time for a heartbeat.
-
-        Called on every turn of the engine, it reads the clock on every 64th call only.
-        """
-        self._calls += 1
-        if self._calls & 63:
-            return False
+        """Return True, once every ``beat_every`` seconds, when it is time for a heartbeat."""
         now = self._clock()
         if now < self._next_beat:
             return False
