@@ -29,8 +29,11 @@ class CollectiveTimeoutError(RingtrainError):
     """A peer made no progress in a collective for ``RINGTRAIN_COLLECTIVE_TIMEOUT`` seconds.
 
     ``peers`` lists the (``MPI_COMM_WORLD`` rank, host name) of each rank waited for.
+    ``reported_by`` is None when this rank found the peers lost itself, or the (rank, host)
+    of the rank that found a peer lost and told this one, which then gave up its own wait.
     """
 
-    def __init__(self, message: str, peers=()):
+    def __init__(self, message: str, peers=(), reported_by: tuple[int, str] | None = None):
         super().__init__(message)
         self.peers = tuple(peers)
+        self.reported_by = reported_by

@@ -1,6 +1,7 @@
 """The engine's heartbeat bookkeeping (``ringtrain.engine.liveness``), with a fake clock."""
 
-from ringtrain.engine.liveness import Liveness
+from ringtrain.engine.liveness import Liveness, Reports
+from ringtrain.transport.progress import LostNotice
 
 
 class Clock:
@@ -63,3 +64,20 @@ def test_a_timeout_of_zero_turns_the_check_and_the_heartbeats_off():
     off = Liveness(0.0, 2, clock)
     clock.now += 1e6
     assert off.silent([0, 1]) == [] and not off.beat_due()
+
+
+def test_a_rank_that_answers_is_not_lost_and_leads_to_those_it_waited_for():
+    """Rank 3 waited for 2, which waited for 1, the frozen one; 0 waited for 3 and for 1."""
+    reports = Reports()
+    assert reports.first() is None
+    told = LostNotice(0, (3, 1), False, "rank 0 was told")
+    wrong = LostNotice(3, (2,), True, "rank 3 waited for rank 2")
+    reports.add([told, wrong])
+    assert reports.first() is wrong  # the first that found ranks lost
+    assert reports.unanswered(wrong.waited_for) == [2]  # rank 2 has not answered yet
+    reports.add([LostNotice(2, (1,), False, "rank 2 was told")])
+    assert reports.answered(2) and not reports.answered(1)
+    assert reports.unanswered(wrong.waited_for) == [1]
+    assert reports.unanswered([0, 2, 3]) == [1]  # the waits run in a circle: no one else
+    reports.add([LostNotice(1, (), False, "")])  # had rank 1 answered too, no one is lost
+    assert reports.unanswered(wrong.waited_for) == []

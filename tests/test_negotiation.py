@@ -41,6 +41,21 @@ def test_ready_only_when_every_rank_submitted_in_any_order():
     assert not coord.pending()
 
 
+def test_awaited_names_the_waiting_tensors_and_the_ranks_they_wait_for():
+    coord, _ = _coordinator(4)
+    assert coord.awaited() == ([], [])
+    coord.add(0, [_ar("a"), _ar("b")])
+    coord.add(2, [_ar("a")])
+    coord.add(3, [_ar("b")])
+    assert coord.awaited() == (["a", "b"], [1, 2, 3])
+    coord.add(1, [_ar("a")])
+    coord.add(3, [_ar("a")])  # "a" is ready: it waits for no one
+    assert coord.awaited() == (["b"], [1, 2])
+    join = Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
+    coord.add(1, [join])  # a joined rank is waited for no longer
+    assert coord.awaited() == (["b"], [2])
+
+
 def test_decided_says_whether_responses_has_anything():
     """``responses`` returns at once where ``decided`` is False: the two must agree."""
     coord, _ = _coordinator(2)

@@ -23,7 +23,7 @@ from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
 from ringtrain.engine.executor import Executor
 from ringtrain.engine.handle import Request
-from ringtrain.engine.liveness import Liveness
+from ringtrain.engine.liveness import CONFIRM_SECONDS, REPORT_SECONDS, Liveness, Reports
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.stall import StallInspector
 from ringtrain.engine.turns import Turns
@@ -53,8 +53,11 @@ class Engine:
         self._topology = topology
         self._pool = BufferPool()
         self.transport = Transport(comm, topology, settings, self._pool)
+        self._waiter = self.transport.waiter
+        self._reports = Reports()  # the notices of lost peers (see ``_give_up``)
+        self._waiter.listen(self._while_waiting)
         # The timeout that the transport agreed on (rank 0's): every rank beats alike.
-        self._liveness = Liveness(self.transport.waiter.timeout, self.size)
+        self._liveness = Liveness(self._waiter.timeout, self.size)
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
         self._executor = Executor(self.transport, self._pool, self._timeline)
@@ -184,12 +187,13 @@ class Engine:
     # -- the turns ---------------------------------------------------------------------
 
     def _abort(self, err, where):
-        """Fail every pending handle and end the job: a rank lost mid-collective hangs the rest."""
+        """Fail every pending handle and end the job: a rank lost mid-collective hangs the rest.
+
+        A rank that found a peer lost tells every other rank first, and each gives up with
+        its own error (``_give_up``).
+        """
         if isinstance(err, CollectiveTimeoutError):
-            # The message names the peers and the tensors; the transport's stack adds nothing.
-            sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
-            for rank, host in err.peers:  # for ringtrain-run's elastic mode (contract)
-                sys.stderr.write(contract.unreachable_line(rank, host) + "\n")
+            self._give_up(err)
         else:
             what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             sys.stderr.write(
@@ -197,9 +201,62 @@ class Engine:
                 f"so no rank hangs in a collective:\n{traceback.format_exc()}"
             )
             err = EngineStoppedError(f"engine failed: {err!r}")
-        sys.stderr.flush()
+            sys.stderr.flush()
         self._stop(err)
         self._control.abort(1)
+
+    def _give_up(self, err):
+        """Say why this rank gives up, tell the others, then say whom it blames, and linger.
+
+        Only a rank that found peers lost blames them, in the contract's unreachable lines,
+        and only those that have not given up in turn (``Reports``): a rank that was told
+        may have waited for a rank that is fine. Lingering ``REPORT_SECONDS`` before the job
+        ends leaves the others time to do the same.
+        """
+        # The message names the peers and the tensors; the transport's stack adds nothing.
+        sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
+        sys.stderr.flush()
+        mine = self._waiter.notice(err)
+        self._reports.add([mine])
+        # The ranks named lost too: one that is not (it waits in turn) answers, and is not blamed.
+        others = [r for r in range(self.size) if r != self.rank]
+        self._waiter.linger(self._control.tell_lost(mine, others), CONFIRM_SECONDS)
+        self._blame(mine)
+        # Before the handles fail (``_abort``): a caller given the error may end the job itself.
+        self._waiter.linger((), REPORT_SECONDS - CONFIRM_SECONDS)
+
+    def _blame(self, mine):
+        """Say which ranks named lost answered since, and who never did; blame those if found.
+
+        ``mine``: this rank's own notice. A rank that found its peers lost blames the ranks
+        behind them that never answered (``Reports.unanswered``).
+        """
+        reports = self._reports
+        cited = reports.first()
+        answered = [r for r in cited.waited_for if reports.answered(r)]
+        if answered:
+            taken_back = self._waiter.taken_back(answered, reports.unanswered(cited.waited_for))
+            sys.stderr.write(f"ringtrain: error: {taken_back}\n")
+        if mine.found:
+            names, world = self._topology.host_names, self._topology.world_ranks
+            for rank in reports.unanswered(mine.waited_for):  # for ringtrain-run (contract)
+                sys.stderr.write(contract.unreachable_line(world[rank], names[rank]) + "\n")
+        sys.stderr.flush()
+
+    def _while_waiting(self):
+        """Beat if it is time, while a transfer waits; return a notice of lost peers, or None.
+
+        A rank that waits in a transfer, for a rank that waits in turn for a lost one, beats
+        on: it is not silent. It checks no one's silence meanwhile (it takes no messages in).
+        """
+        if self._liveness.beat_due():
+            self._send_beat()
+        return self._notices()
+
+    def _notices(self):
+        """Note the notices of lost peers that came; return the first that found some, or None."""
+        self._reports.add(self._control.lost_notices())
+        return self._reports.first()
 
     def _turn_once(self) -> bool:
         """Send new submissions, coordinate or take responses, run them (one turn).
@@ -236,22 +293,24 @@ class Engine:
         return active or bool(responses)
 
     def _beat(self):
-        """Send a heartbeat, and fail if a rank this one waits for has fallen silent.
+        """Send a heartbeat; fail if another rank reported a lost peer, or one has fallen silent.
 
         See ``engine.liveness``; the coordinator's heartbeat is an empty list of responses.
         """
+        self._send_beat()
+        notice = self._notices()
+        if notice is not None:
+            raise self._waiter.relayed(notice, *self._awaited())
         if self._coordinator is not None:
-            self._control.respond([])
             if not self._coordinator.pending():
                 return
             silent = self._liveness.silent(range(1, self.size))
             waiting = "tensors waited for it to submit them"
         else:
-            self._control.submit([])
             if not self._inflight:
                 return
             silent = self._liveness.silent([0])
-            names = ", ".join(repr(name) for name in list(self._inflight)[:3])
+            names = _listed(list(self._inflight))
             waiting = f"this rank waited for the coordinator's responses ({names})"
         if silent:
             names, world = self._topology.host_names, self._topology.world_ranks
@@ -262,6 +321,24 @@ class Engine:
                 "peer is frozen, dead or unreachable",
                 [(world[r], names[r]) for r, _ in silent],
             )
+
+    def _send_beat(self):
+        """Send a heartbeat: the coordinator's is an empty list of responses to every rank."""
+        if self._coordinator is not None:
+            self._control.respond([])
+        else:
+            self._control.submit([])
+
+    def _awaited(self):
+        """Return the ranks this rank's engine waits for, and what for (for an error)."""
+        if self._coordinator is not None:
+            names, ranks = self._coordinator.awaited()
+            ranks = [r for r in ranks if r != self.rank]
+        else:
+            names, ranks = list(self._inflight), [0]
+        if not names:
+            return [], "in no collective"
+        return ranks, f"the negotiation of {_listed(names)}"
 
     def _cached(self, meta):
         """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
@@ -334,10 +411,10 @@ class Engine:
         try:
             results = self._executor.run(response, requests)
         except CollectiveTimeoutError as err:
-            names = ", ".join(repr(n) for n in response.names[:4])
-            more = f" and {len(response.names) - 4} more" if len(response.names) > 4 else ""
-            running = f"{response.kind} of {names}{more}"
-            raise CollectiveTimeoutError(f"{err}; it was running {running}", err.peers) from None
+            running = f"{response.kind} of {_listed(response.names)}"
+            raise CollectiveTimeoutError(
+                f"{err}; it was running {running}", err.peers, err.reported_by
+            ) from None
         for request, result in zip(requests, results, strict=True):
             if request is not None:
                 request.handle.complete(result)
@@ -368,6 +445,12 @@ class Engine:
             pending, self._inflight, self._outbox = self._inflight, {}, []
         for request in pending.values():
             request.handle.fail(error)
+
+
+def _listed(names, shown=4):
+    """Return the first ``shown`` of ``names``, quoted, and how many more there are."""
+    listed = ", ".join(repr(name) for name in names[:shown])
+    return f"{listed} and {len(names) - shown} more" if len(names) > shown else listed
 
 
 def _withdrawn_error(name):

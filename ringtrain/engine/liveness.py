@@ -7,12 +7,24 @@ whose process is frozen (SIGSTOP, a hung kernel or driver) or cut off falls sile
 coordinator fails when some tensor waits for ranks and a rank has been silent for the
 timeout; any other rank fails when it waits for responses and the coordinator has been
 silent that long. A completed collective shows that every rank took part, so it counts as
-hearing from everyone: no engine beats during a long transfer, and that is no silence.
+hearing from everyone; and a rank whose transfer waits for a peer beats from that wait
+(``transport.progress``): one that waits in turn for a lost rank is not taken for silent.
+
+The rank that finds a peer lost tells every other rank (a ``transport.progress.LostNotice``),
+which looks for such notices at each heartbeat and in its transfers' waits, and gives up
+in turn with its own error, telling the others that it did and whom it waited for.
+``Reports`` keeps the notices a rank has seen, and follows them to the ranks lost in fact.
 """
 
 import time
 
 _LONGEST_BEAT = 1.0  # seconds between heartbeats at most
+# A rank that gives up listens this long for the others' notices before it says whom it
+# blames: each gives up at its next heartbeat at the latest, and says so.
+CONFIRM_SECONDS = _LONGEST_BEAT
+# It ends the job this long after it gave up: a second more for the lines of every rank to
+# reach mpirun (which takes a fraction of a second when the machine is busy).
+REPORT_SECONDS = CONFIRM_SECONDS + 1.0
 
 
 class Liveness:
@@ -53,3 +65,47 @@ class Liveness:
         now, everyone = self._clock(), self._everyone
         quiet = [(r, now - max(self._heard[r], everyone)) for r in ranks]
         return [(r, seconds) for r, seconds in quiet if seconds > self.timeout]
+
+
+class Reports:
+    """The notices of lost peers that this rank has seen (``transport.progress.LostNotice``).
+
+    Every rank that gives up sends one: whom it waited for, and whether it found them lost
+    itself. Its sender is alive, whoever named it: a rank that waits for a rank that waits
+    in turn for the lost one may time out first, and name the wrong one. Following each
+    rank that answered to the ranks it waited for leads to those that never answered.
+    """
+
+    def __init__(self):
+        self._notices = []
+        self._waited_for: dict[int, tuple[int, ...]] = {}  # by each rank that answered
+
+    def add(self, notices) -> None:
+        """Note each of ``notices``."""
+        for notice in notices:
+            self._notices.append(notice)
+            self._waited_for[notice.reporter] = notice.waited_for
+
+    def first(self):
+        """Return the first notice of a rank that found peers lost, or None."""
+        return next((notice for notice in self._notices if notice.found), None)
+
+    def answered(self, rank: int) -> bool:
+        """Return True if ``rank`` has sent a notice: it is alive."""
+        return rank in self._waited_for
+
+    def unanswered(self, ranks) -> list[int]:
+        """Return the ranks behind ``ranks`` that never answered, in order.
+
+        A rank of ``ranks`` that answered leads on to the ranks that it waited for.
+        """
+        seen, todo, silent = set(), list(ranks), set()
+        while todo:
+            rank = todo.pop()
+            if rank not in seen:
+                seen.add(rank)
+                if rank in self._waited_for:
+                    todo.extend(self._waited_for[rank])
+                else:
+                    silent.add(rank)
+        return sorted(silent)

@@ -41,6 +41,12 @@ class Coordinator:
         """Return True while some name waits for ranks that have not submitted it."""
         return bool(self._table)
 
+    def awaited(self) -> tuple[list[str], list[int]]:
+        """Return the names that wait for ranks to submit them, and all the ranks they wait for."""
+        missing = {name: self._missing(name) for name in self._table}
+        names = [name for name, ranks in missing.items() if ranks]
+        return names, sorted({rank for name in names for rank in missing[name]})
+
     def decided(self) -> bool:
         """Return True if ``responses`` has something to return."""
         return (

@@ -4,7 +4,8 @@ Each rank sends its new submissions (metas, never tensor data) to the coordinato
 rank 0 sends every other rank the same ordered responses. All of it runs on a private
 duplicate of the engine's communicator, apart from the tensor data's, and every send is
 non-blocking: the engine polls for what has arrived and never waits here, except at
-``finish``.
+``finish``. A rank that finds a peer lost tells every other rank on it too (``tell_lost``),
+rank 0 or not, before it ends the job.
 """
 
 import pickle
@@ -13,6 +14,7 @@ from mpi4py import MPI
 
 _TAG_REQUEST = 11
 _TAG_RESPONSE = 12
+_TAG_LOST = 13
 
 
 class ControlChannel:
@@ -58,6 +60,20 @@ class ControlChannel:
         while message is not None:
             received.append(pickle.loads(message.recv()))
             message = self._comm.improbe(0, _TAG_RESPONSE)
+        return received
+
+    def tell_lost(self, notice, ranks) -> list[MPI.Request]:
+        """Send ``notice`` (a ``progress.LostNotice``) to each of ``ranks``; return the sends."""
+        payload = pickle.dumps(notice, protocol=pickle.HIGHEST_PROTOCOL)
+        return [self._comm.isend(payload, dest, _TAG_LOST) for dest in ranks]
+
+    def lost_notices(self) -> list:
+        """Return the ``LostNotice``s that other ranks have sent this one since the last call."""
+        received = []
+        message = self._comm.improbe(MPI.ANY_SOURCE, _TAG_LOST)
+        while message is not None:
+            received.append(pickle.loads(message.recv()))
+            message = self._comm.improbe(MPI.ANY_SOURCE, _TAG_LOST)
         return received
 
     def _settle_sends(self) -> None:

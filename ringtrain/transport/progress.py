@@ -3,13 +3,17 @@
 Each wait is for one message or one collective step, so the time it takes is the time since
 the last progress with that peer, however long the whole transfer is: a slow but moving
 1 GiB allreduce completes a chunk every few seconds even over a slow link, and never trips
-the timeout. A wait first polls (yielding the CPU between polls) ``SPINS`` times, then
-sleeps between polls, doubling the sleep up to ``LONGEST_SLEEP``: a stuck rank stops eating
-its core within milliseconds, and ranks that outnumber the cores do not starve each other.
+the timeout. A wait also ends when another rank reports a lost peer (a ``LostNotice``): the
+rank that found it tells every other, and each of those fails with its own error, naming
+what it waited for, rather than waiting out its own timeout. A wait first polls (yielding
+the CPU between polls) ``SPINS`` times, then sleeps between polls, doubling the sleep up to
+``LONGEST_SLEEP``: a stuck rank stops eating its core within milliseconds, and ranks that
+outnumber the cores do not starve each other.
 """
 
 import os
 import time
+from typing import NamedTuple
 
 from ringtrain.errors import CollectiveTimeoutError
 
@@ -24,6 +28,21 @@ LONGEST_SLEEP = 250e-6
 # in turn for the host that stopped answering, and the rank that waits for that host itself
 # should be the one to report it.
 LOCAL_GRACE_SECONDS = 10.0
+# A sleeping wait looks for another rank's report of a lost peer this often (an MPI probe).
+LISTEN_EVERY = 0.01
+
+
+class LostNotice(NamedTuple):
+    """What a rank that gives up tells the others (ranks of their communicator)."""
+
+    reporter: int  # the rank that gives up
+    waited_for: tuple[int, ...]  # the peers it waited for
+    found: bool  # it found them lost itself; else another rank's notice made it give up
+    reason: str  # its own error's message
+
+
+def _no_notice():
+    return None
 
 
 class Waiter:
@@ -39,6 +58,15 @@ class Waiter:
         self._rank = topology.rank
         self._hosts = topology.host_names
         self._world = topology.world_ranks
+        self._notices = _no_notice
+
+    def listen(self, notices) -> None:
+        """Call ``notices()`` every ``LISTEN_EVERY`` s of a sleeping wait, and while lingering.
+
+        A wait fails once it returns a ``LostNotice`` (not None). The caller may do more in
+        it meanwhile (the engine beats), but must not raise.
+        """
+        self._notices = notices
 
     @property
     def size(self) -> int:
@@ -71,10 +99,19 @@ class Waiter:
         if limit and all(self._hosts[p] == self._hosts[self._rank] for p in peers):
             limit += LOCAL_GRACE_SECONDS
         pause = _FIRST_SLEEP
+        listen_at = 0.0
         while not ready():
             waited = time.perf_counter() - began
             if limit and waited >= limit:
+                notice = self._notices()  # came meanwhile: the peer may be waiting in turn
+                if notice is not None:
+                    raise self.relayed(notice, peers, what)
                 raise self.timed_out(peers, what, waited)
+            if waited >= listen_at:
+                listen_at = waited + LISTEN_EVERY
+                notice = self._notices()
+                if notice is not None:
+                    raise self.relayed(notice, peers, what)
             time.sleep(pause)
             pause = min(pause * 2, LONGEST_SLEEP)
 
@@ -83,12 +120,71 @@ class Waiter:
         for request in requests:
             self.wait(request, peers, what)
 
+    def linger(self, requests, seconds: float) -> None:
+        """Poll ``requests`` and the notices for ``seconds``, then return, come what may.
+
+        For a rank about to end the job: its sends progress meanwhile (best effort, as one
+        to a lost host may never complete), the other ranks have time to act on them, and
+        their notices reach ``listen``'s ``notices``.
+        """
+        end = time.perf_counter() + seconds
+        pending = list(requests)
+        while time.perf_counter() < end:
+            pending = [request for request in pending if not request.Test()]
+            self._notices()
+            time.sleep(LISTEN_EVERY)
+
     def timed_out(self, peers, what, waited) -> CollectiveTimeoutError:
         """Return the error for a wait of ``waited`` seconds on ``peers`` during ``what``."""
-        named = ", ".join(f"rank {p} on {self._hosts[p]}" for p in peers)
         return CollectiveTimeoutError(
             f"rank {self._rank} on {self._hosts[self._rank]} waited {waited:.0f} s for "
-            f"{named} during {what}, with no progress (RINGTRAIN_COLLECTIVE_TIMEOUT="
+            f"{self._named(peers)} during {what}, with no progress (RINGTRAIN_COLLECTIVE_TIMEOUT="
             f"{self.timeout:g}): the peer is frozen, dead or unreachable",
-            [(self._world[p], self._hosts[p]) for p in peers],
+            self._located(peers),
         )
+
+    def relayed(self, notice: LostNotice, peers, what: str) -> CollectiveTimeoutError:
+        """Return the error for a wait on ``peers`` during ``what``, ended by ``notice``.
+
+        ``peers`` may be empty: ``what`` then says what this rank was doing instead.
+        """
+        doing = f"waiting for {self._named(peers)} during {what}" if peers else what
+        return CollectiveTimeoutError(
+            f"rank {self._rank} on {self._hosts[self._rank]} gave up: {self._report(notice)}; "
+            f"this rank was {doing}",
+            self._located(peers),
+            self._located([notice.reporter])[0],
+        )
+
+    def taken_back(self, answered, unanswered) -> str:
+        """Return that the ranks ``answered``, named lost, are not, and who never answered."""
+        lost = (
+            f"{self._named(unanswered)}, waited for in turn, never answered"
+            if unanswered
+            else "every rank waited for in turn answered"
+        )
+        return (
+            f"rank {self._rank} on {self._hosts[self._rank]}: {self._named(answered)} "
+            f"answered after all (gave up in turn and said so), so it is not lost; {lost}"
+        )
+
+    def notice(self, err: CollectiveTimeoutError) -> LostNotice:
+        """Return what to tell the other ranks as this rank gives up with ``err``.
+
+        It names the peers that ``err`` says it waited for, found lost unless another rank's
+        notice told of its loss.
+        """
+        waited_for = tuple(self._world.index(rank) for rank, _ in err.peers)
+        return LostNotice(self._rank, waited_for, err.reported_by is None, str(err))
+
+    def _report(self, notice: LostNotice) -> str:
+        return (
+            f"{self._named([notice.reporter])} reported {self._named(notice.waited_for)} frozen, "
+            f"dead or unreachable ({notice.reason})"
+        )
+
+    def _named(self, peers) -> str:
+        return ", ".join(f"rank {p} on {self._hosts[p]}" for p in peers)
+
+    def _located(self, peers) -> list[tuple[int, str]]:
+        return [(self._world[p], self._hosts[p]) for p in peers]
