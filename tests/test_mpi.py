@@ -280,6 +280,60 @@ def test_a_failure_while_running_a_response_ends_the_job(np, mode):
     assert "aborting the job so no rank hangs in a collective" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("np", "mode", "victim"),
+    [(3, "stop", 2), (3, "stop-mid", 0), (4, "stop", 0), (4, "stop-mid", 1)],
+)
+def test_every_other_rank_reports_a_frozen_rank_and_the_job_ends(np, mode, victim):
+    """The victim freezes (SIGSTOP) before it submits, or mid-transfer, at step 3.
+
+    Every other rank prints its own error naming it; only it is blamed (unreachable lines);
+    the job ends within the timeout plus 30 s, and no rank is left running, frozen or not.
+    """
+    timeout = 3
+    env = {"RINGTRAIN_COLLECTIVE_TIMEOUT": str(timeout)}
+    result = run("check_frozen_rank.py", np, mode, victim, env=env, timeout=120)
+    ended = time.time()
+    output = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode != 0, output
+    fault = re.search(rf"rank {victim}: {mode} at ([\d.]+)", result.stdout)
+    assert fault, output
+    assert ended - float(fault[1]) < timeout + 30, f"ended {ended - float(fault[1]):.1f} s after"
+    for rank in set(range(np)) - {victim}:
+        said = [
+            line
+            for line in result.stderr.splitlines()
+            if line.startswith(f"ringtrain: error: rank {rank} on ")
+        ]
+        assert any(f"rank {victim} on " in line for line in said), (rank, output)
+    assert set(re.findall(r"@@ringtrain-run: rank (\d+) on host", result.stderr)) == {
+        str(victim)
+    }, output
+    pids = [int(pid) for pid in re.findall(r"rank \d pid (\d+)", result.stdout)]
+    assert len(pids) == np, output
+    assert not _still_running(pids, "check_frozen_rank.py")
+
+
+def _still_running(pids, script, seconds=10.0):
+    """Return those of ``pids`` still running ``script`` (not even a zombie) after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        running = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                    state = stat.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    command = cmdline.read()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state != "Z" and script.encode() in command:
+                running.append(pid)
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("np", [1, 2])
 def test_ctrl_c_in_blocking_calls_ends_the_job(np):
     result = run("check_interrupt.py", np, timeout=60)
