@@ -74,7 +74,7 @@ class Engine:
         self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
-        self._stopped = False  # a STOP response has been run
+        self._stopped = False  # a STOP response has been run, or the job is ending
         self._next_stall_check = 0.0
         self._turns = Turns(
             self._turn_once,
@@ -192,6 +192,7 @@ class Engine:
         A rank that found a peer lost tells every other rank first, and each gives up with
         its own error (``_give_up``).
         """
+        self._stopped = True  # no thread takes another turn while this one ends the job
         if isinstance(err, CollectiveTimeoutError):
             self._give_up(err)
         else:
