@@ -1,7 +1,7 @@
 """One rank freezes itself (SIGSTOP) at step 3 of an allreduce loop; every other rank reports.
 
 Arguments: ``MODE VICTIM``. ``stop``: rank VICTIM freezes before it submits step 3;
-``stop-mid``: a timer freezes it 20 ms into step 3's allreduce (16 MiB). Each rank first
+``stop-mid``: a timer freezes it 20 ms into step 3's allreduce (4 MiB). Each rank first
 prints its process id, so that the test can check that none is left running, and each
 checks every result it gets against NumPy. Run with a short RINGTRAIN_COLLECTIVE_TIMEOUT.
 """
@@ -20,7 +20,7 @@ mode, victim = sys.argv[1], int(sys.argv[2])
 ringtrain.init()
 r, n = ringtrain.rank(), ringtrain.size()
 print(f"rank {r} pid {os.getpid()}", flush=True)
-pattern = (np.arange(4 * (1 << 20) + n) % 5).astype(np.float32)  # uneven: segments differ
+pattern = (np.arange((1 << 20) + n) % 5).astype(np.float32)  # uneven: segments differ
 for step in range(200):
     mine = pattern + (r + 1) * (step + 1)  # small whole numbers: the sums are exact
     # All ranks start the step's allreduce together, so the timer freezes one mid-transfer.
