@@ -159,7 +159,7 @@ def test_a_host_that_stops_answering_ends_the_job_naming_it(cluster, mode):
         subprocess.run(route, timeout=20)
     assert done.returncode != 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     fault = re.search(rf"rank 3 on {names[2]}: {mode} at ([\d.]+)", done.stdout)
-    assert fault, done.stdout
+    assert fault, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     assert ended - float(fault[1]) < TIMEOUT + 30, f"ended {ended - float(fault[1]):.1f} s after"
     # Whoever waited for it names it: in a transfer, or in the negotiation (heard nothing), or
     # behind a rank it named first, which answered (gave up in turn) while rank 3 never did.
