@@ -209,10 +209,10 @@ class Engine:
     def _give_up(self, err):
         """Say why this rank gives up, tell the others, then say whom it blames, and linger.
 
-        Only a rank that found peers lost blames them, in the contract's unreachable lines,
-        and only those that have not given up in turn (``Reports``): a rank that was told
-        may have waited for a rank that is fine. Lingering ``REPORT_SECONDS`` before the job
-        ends leaves the others time to do the same.
+        Only a rank that found peers lost blames ranks, in the contract's unreachable lines,
+        and only those behind its peers that never answered (``_blame``): a rank that was
+        told may have waited for a rank that is fine. Lingering ``REPORT_SECONDS`` before
+        the job ends leaves the others time to do the same.
         """
         # The message names the peers and the tensors; the transport's stack adds nothing.
         sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
