@@ -229,7 +229,7 @@ class Coordinator:
             f"call that no other rank has made, and none has made another for "
             f"{self.drift_after:g} s (RINGTRAIN_UNNAMED_DRIFT_SECONDS). Unnamed calls pair by "
             "call site and count, so every rank must make them from the same lines, as many "
-            "times; give a call that some ranks skip a name"
+            "times; name the calls that ranks skip or make from different lines"
         )
         drifted = [n for n in self._table if messages.unnamed_call(n) is not None]
         why = "the drift check of unnamed calls had failed it on the ranks that had made it"
