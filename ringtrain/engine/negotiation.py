@@ -107,8 +107,9 @@ class Coordinator:
     def _late_submission(self, rank, name):
         """Return True, failing it, if this submission of ``name`` is ``rank``'s late one.
 
-        That is the first one since the stall shutdown failed ``name`` without ``rank``: it
-        belongs to the failed round, so it must not pair with other ranks' next submissions.
+        That is the first one since the stall shutdown or the drift check failed ``name``
+        without ``rank``: it belongs to the failed round, so it must not pair with other
+        ranks' next submissions.
         """
         owing, why, kind = self._owed[name]
         if rank not in owing:
@@ -225,11 +226,11 @@ class Coordinator:
             return []  # a rank that waits for named calls only may still submit the others
         parts = "; ".join(f"rank {r} at {_listed(waiting[r])}" for r in sorted(waiting))
         error = (
-            f"unnamed collectives drifted apart across ranks ({parts}): each rank waits for a "
-            f"call that no other rank has made, and none has made another for "
-            f"{self.drift_after:g} s (RINGTRAIN_UNNAMED_DRIFT_SECONDS). Unnamed calls pair by "
-            "call site and count, so every rank must make them from the same lines, as many "
-            "times; name the calls that ranks skip or make from different lines"
+            f"unnamed collectives drifted apart across ranks ({parts}): every rank waits for "
+            "unnamed calls that some other rank has not made, and no rank has submitted "
+            f"anything for {self.drift_after:g} s (RINGTRAIN_UNNAMED_DRIFT_SECONDS). Unnamed "
+            "calls pair by call site and count, so every rank must make them from the same "
+            "lines, as many times; name the calls that ranks skip or make from different lines"
         )
         drifted = [n for n in self._table if messages.unnamed_call(n) is not None]
         why = "the drift check of unnamed calls had failed it on the ranks that had made it"
