@@ -1,9 +1,12 @@
 """The NumPy-level API with Horovod's names: init, the collectives, handles, join.
 
 Every collective is matched across ranks by name, so every rank must submit the same names
-(in any order); unnamed calls are named by a per-kind counter, which then requires the same
-order on every rank. Blocking calls synchronise with every other rank; ``*_async`` calls
-return a handle at once, and ``synchronize(handle)`` waits for it.
+(in any order). An unnamed call is named after its call site (the caller's file and line)
+and how many calls of its kind that site has made (``unnamed_name``): every rank must make
+the same unnamed calls from the same lines, and the coordinator fails, naming each rank's
+call sites, unnamed calls that have drifted apart across ranks. Blocking calls synchronise
+with every other rank; ``*_async`` calls return a handle at once, and ``synchronize(handle)``
+waits for it.
 """
 
 import math
@@ -12,7 +15,7 @@ import pickle
 
 import numpy as np
 
-from ringtrain import runtime
+from ringtrain import call_site, runtime
 from ringtrain import settings as settings_module
 from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
 from ringtrain.engine import messages
@@ -223,7 +226,17 @@ def _input(tensor, what: str, allow_device: bool = False):
 def _name(kind: str, name, process_set=None) -> str:
     if name is not None:
         return str(name)
-    return runtime.current().unnamed(kind, process_set)
+    return unnamed_name(kind, process_set)
+
+
+def unnamed_name(kind: str, process_set=None) -> str:
+    """Return the name of an unnamed ``kind`` call made here: its call site and count.
+
+    The site is the innermost caller outside ringtrain (``file.py:line``); each site counts
+    its own calls of each kind over each process set, so a rank's n-th call from a line pairs
+    with every other rank's n-th call from it, whatever calls the ranks made elsewhere.
+    """
+    return runtime.current().unnamed(kind, process_set, call_site.user_call_site())
 
 
 def _scale(value, label, dtype) -> float:
@@ -633,8 +646,8 @@ def join() -> int:
 def barrier(process_set=None) -> None:
     """Return once every rank has called ``barrier()``; ranks that have joined count as there.
 
-    It goes through the engine like any collective, so every rank must call it in the same
-    order relative to its other unnamed calls.
+    It goes through the engine like any unnamed collective (``unnamed_name``), so every rank
+    must call it from the same lines, as many times.
     """
     name = _name("barrier", None, process_set)
     allreduce(np.zeros(0, np.uint8), op=ReduceOp.Sum, name=name, process_set=process_set)

@@ -2,7 +2,7 @@
 
 A ``Runtime`` holds a communicator of its own (a duplicate of the user's, made before anything
 else runs on it), the topology found on it, this rank's core binding, the whole job's engine,
-the registered process sets and the counters that name unnamed collectives. Horovod's API is
+the registered process sets and the counts of unnamed collectives per call site. Horovod's API is
 module functions, so one runtime is current at a time: ``start`` makes it, ``current`` returns
 it, ``stop`` shuts it down.
 """
@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 
 from ringtrain import affinity
+from ringtrain.engine.messages import unnamed_name
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.process_sets import ProcessSet, ProcessSetRegistry, global_process_set
 from ringtrain.settings import Settings
@@ -34,7 +35,7 @@ class Runtime:
         self.binding = affinity.bind_ranks(comm, self.topology, settings.bind_cores)
         self.engine = Engine(comm, settings, self.topology)
         self.process_sets = ProcessSetRegistry()
-        self._counters: dict[tuple[int | None, str], itertools.count] = {}
+        self._counters: dict[tuple[int | None, str, str], itertools.count] = {}
         global_process_set.ranks = list(range(self.topology.size))
         global_process_set.bind(0, self.topology.rank, self.engine)
 
@@ -57,11 +58,15 @@ class Runtime:
             engine = Engine(comm, settings, discover(comm))
         self.process_sets.add(process_set, rank, comm, engine)
 
-    def unnamed(self, kind: str, process_set: ProcessSet | None) -> str:
-        """Return the name of the next unnamed ``kind`` call over ``process_set`` (None: all)."""
+    def unnamed(self, kind: str, process_set: ProcessSet | None, site: str) -> str:
+        """Return the name of the next unnamed ``kind`` call from ``site`` over ``process_set``.
+
+        Calls are counted per site, kind and process set (None: every rank); the name holds
+        the site and the count (``messages.unnamed_name``).
+        """
         process_set_id = 0 if process_set is None else process_set.process_set_id
-        count = self._counters.setdefault((process_set_id, kind), itertools.count())
-        return f"{kind}.noname.{next(count)}"
+        count = self._counters.setdefault((process_set_id, kind, site), itertools.count())
+        return unnamed_name(kind, site, next(count))
 
     def shutdown(self) -> None:
         """Stop every engine (pending handles fail), unpin the threads, free the communicator."""

@@ -20,6 +20,10 @@ class Settings:
     timeline: str | None = None
     stall_check_seconds: float = 60.0
     stall_shutdown_seconds: float | None = None
+    # Unnamed calls that every rank waits for, none made by all, fail after this many seconds
+    # without a submission (engine.negotiation's drift check); 0 turns it off. Long enough for
+    # a thread that makes its unnamed calls alongside another's; far below the stall warning.
+    unnamed_drift_seconds: float = 5.0
     # A collective whose peer makes no progress for this many seconds fails on every rank
     # that can still act, and the job ends; 0 turns it off. Once every rank has started a
     # collective, its peers move a chunk every few milliseconds (seconds over a slow link);
@@ -100,6 +104,7 @@ _FIELDS = {
         "STALL_SHUTDOWN_SECONDS",
         _parse_number(float, 0.0, strict_min=True, optional=True),
     ),
+    "unnamed_drift_seconds": ("UNNAMED_DRIFT_SECONDS", _parse_number(float, 0.0)),
     "collective_timeout": ("COLLECTIVE_TIMEOUT", _parse_number(float, 0.0)),
     "cache_capacity": ("CACHE_CAPACITY", _parse_number(int, 0)),
     "ring_chunk_bytes": ("RING_CHUNK_BYTES", _parse_number(int, 1)),

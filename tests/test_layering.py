@@ -16,7 +16,7 @@ LAYERS = [
     {"settings", "topology", "affinity", "kernels", "tf_allocator"},
     {"transport"},
     {"engine"},
-    {"process_sets", "runtime", "api", "capabilities", "elastic", "guard", "timeline"},
+    {"process_sets", "runtime", "api", "call_site", "capabilities", "elastic", "guard", "timeline"},
     {"tensorflow", "__init__"},
     {"bench"},
 ]

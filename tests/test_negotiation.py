@@ -2,9 +2,11 @@
 
 import math
 import pickle
+import sys
 
 import pytest
 
+from ringtrain import call_site
 from ringtrain.engine import fusion, messages
 from ringtrain.engine.messages import Meta
 from ringtrain.engine.negotiation import Coordinator
@@ -19,10 +21,10 @@ class _Clock:
         return self.now
 
 
-def _coordinator(size, threshold=1 << 20, capacity=16, warn=60.0, shutdown=None):
+def _coordinator(size, threshold=1 << 20, capacity=16, warn=60.0, shutdown=None, drift=0.0):
     clock = _Clock()
     stall = StallInspector(warn, shutdown)
-    return Coordinator(size, threshold, capacity, stall, clock=clock), clock
+    return Coordinator(size, threshold, capacity, stall, drift, clock=clock), clock
 
 
 def _ar(name, shape=(4,), dtype="float32", op=1, **kw):
@@ -383,3 +385,153 @@ def test_a_withdrawn_submission_is_forgotten_and_confirmed_to_its_rank_only():
     assert response.kind == messages.ALLREDUCE and response.names == ["shared"]
     assert not coord.pending() and coord.responses() == []
     assert pickle.loads(pickle.dumps(messages.Withdrawal("x"))) == messages.Withdrawal("x")
+
+
+# -- unnamed calls: their names, and the drift check ----------------------------------
+
+
+def _unnamed(site, count, kind=messages.ALLREDUCE, **kw):
+    return _ar(messages.unnamed_name(kind, site, count), **kw)
+
+
+def test_unnamed_names_carry_the_call_site_and_count_and_user_names_do_not():
+    name = messages.unnamed_name("allgather", "train.py:42", 3)
+    assert messages.unnamed_call(name) == "allgather #3 at train.py:42"
+    assert messages.unnamed_call(f"{name}.lengths") == "allgather #3 at train.py:42, part lengths"
+    graph = messages.unnamed_name("allreduce", "step (tf.function)", 0)
+    assert messages.unnamed_call(f"{graph}.1") == "allreduce #0 at step (tf.function), part 1"
+    assert messages.unnamed_call("grad.0") is None
+    assert messages.unnamed_call(messages.JOIN_NAME) is None
+    # Another line, or another count, is another name: they can never pair.
+    assert name != messages.unnamed_name("allgather", "train.py:43", 3)
+    assert name != messages.unnamed_name("allgather", "train.py:42", 4)
+
+
+def test_the_user_call_site_is_the_first_frame_outside_ringtrain():
+    line = sys._getframe().f_lineno + 1
+    assert call_site.user_call_site() == f"test_negotiation.py:{line}"
+
+
+def test_drift_fails_every_rank_at_its_own_call_sites_once_nothing_came_for_a_while():
+    """One rank left a loop early: it waits at the next line, the others still in the loop."""
+    coord, clock = _coordinator(3, drift=5.0)
+    for count in range(3):
+        for rank in range(3):
+            coord.add(rank, [_unnamed("loop.py:10", count)])
+        (response,) = coord.responses()
+        assert response.names == [messages.unnamed_name("allreduce", "loop.py:10", count)]
+    coord.add(0, [_unnamed("loop.py:10", 3)])
+    coord.add(2, [_unnamed("loop.py:10", 3)])
+    coord.add(1, [_unnamed("loop.py:12", 0)])
+    assert coord.responses() == []
+    clock.now = 4.9
+    assert coord.check_drift() == []
+    clock.now = 5.0
+    failed = coord.check_drift()
+    assert [(r.kind, r.ranks) for r in failed] == [
+        (messages.DRIFTED, (0, 2)),
+        (messages.DRIFTED, (1,)),
+    ]
+    error = failed[0].error
+    assert error == failed[1].error
+    assert "rank 0 at allreduce #3 at loop.py:10" in error
+    assert "rank 1 at allreduce #0 at loop.py:12" in error
+    assert "rank 2 at allreduce #3 at loop.py:10" in error
+    assert "RINGTRAIN_UNNAMED_DRIFT_SECONDS" in error
+    assert not coord.pending() and coord.check_drift() == []
+
+
+def test_after_a_drift_late_submissions_fail_and_later_calls_pair():
+    coord, clock = _coordinator(2, drift=5.0)
+    coord.add(0, [_unnamed("loop.py:10", 3)])
+    coord.add(1, [_unnamed("loop.py:12", 0)])
+    clock.now = 6.0
+    assert len(coord.check_drift()) == 2
+    # Named calls go on as ever.
+    coord.add(0, [_ar("named")])
+    coord.add(1, [_ar("named")])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.names == ["named"]
+    # Rank 0 goes on to the line rank 1 had reached: that call belonged to the failed round.
+    coord.add(0, [_unnamed("loop.py:12", 0)])
+    (late,) = coord.responses()
+    assert late.kind == messages.DRIFTED and late.ranks == (0,)
+    assert "rank 0 submitted it after the drift check of unnamed calls" in late.error
+    # Both ranks' next calls from a line pair as usual.
+    coord.add(0, [_unnamed("loop.py:12", 1)])
+    coord.add(1, [_unnamed("loop.py:12", 1)])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE
+    assert not coord.pending()
+
+
+def test_no_drift_while_a_rank_that_lags_has_nothing_unmatched():
+    """Async calls from ranks at different speeds: the slow rank's calls all pair at once."""
+    coord, clock = _coordinator(2, drift=1.0)
+    coord.add(0, [_unnamed("fast.py:5", k) for k in range(4)])
+    for k in range(3):
+        clock.now += 10.0
+        assert coord.check_drift() == []
+        coord.add(1, [_unnamed("fast.py:5", k)])
+        (response,) = coord.responses()
+        assert response.names == [messages.unnamed_name("allreduce", "fast.py:5", k)]
+    clock.now += 10.0
+    assert coord.check_drift() == []
+    coord.add(1, [_unnamed("fast.py:5", 3)])
+    assert coord.responses() and not coord.pending()
+
+
+def test_no_drift_while_a_submission_came_in_lately_or_with_the_check_off():
+    coord, clock = _coordinator(2, drift=5.0)
+    coord.add(0, [_unnamed("a.py:1", 0)])
+    clock.now = 4.0
+    coord.add(1, [_unnamed("a.py:2", 0)])  # another thread's call, say: the wait starts again
+    clock.now = 8.0
+    assert coord.check_drift() == []
+    clock.now = 9.0
+    assert len(coord.check_drift()) == 2
+    off, clock = _coordinator(2, drift=0.0)
+    off.add(0, [_unnamed("a.py:1", 0)])
+    off.add(1, [_unnamed("a.py:2", 0)])
+    clock.now = 1e6
+    assert off.check_drift() == [] and off.pending()
+
+
+def test_drift_leaves_named_calls_alone_and_needs_every_rank_at_an_unnamed_one():
+    coord, clock = _coordinator(2, drift=1.0)
+    coord.add(0, [_unnamed("a.py:1", 0)])
+    coord.add(1, [_ar("named")])  # rank 1 may still make the unnamed call later
+    clock.now = 100.0
+    assert coord.check_drift() == []
+    coord.add(1, [_unnamed("a.py:9", 0)])
+    clock.now = 200.0
+    failed = coord.check_drift()
+    assert sorted(n for r in failed for n in r.names) == sorted(
+        [
+            messages.unnamed_name("allreduce", "a.py:1", 0),
+            messages.unnamed_name("allreduce", "a.py:9", 0),
+        ]
+    )
+    coord.add(0, [_ar("named")])  # the named call was left waiting, and pairs now
+    (response,) = coord.responses()
+    assert response.names == ["named"]
+
+
+def test_drift_counts_only_the_ranks_that_have_not_joined():
+    join = Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
+    coord, clock = _coordinator(3, drift=1.0)
+    coord.add(2, [join])
+    coord.add(0, [_unnamed("a.py:1", 0)])
+    coord.add(1, [_unnamed("a.py:2", 0)])
+    clock.now = 2.0
+    failed = coord.check_drift()
+    assert [r.ranks for r in failed] == [(0,), (1,)]
+    assert "rank 2" not in failed[0].error
+    # Rank 1 owes its late call from a.py:1; rank 2, which has joined, owes none.
+    coord.add(1, [_unnamed("a.py:1", 0)])
+    (late,) = coord.responses()
+    assert late.kind == messages.DRIFTED and late.ranks == (1,)
+    coord.add(0, [_unnamed("a.py:1", 0)])
+    coord.add(1, [_unnamed("a.py:1", 0)])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.joined == (2,)

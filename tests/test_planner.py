@@ -104,7 +104,7 @@ def test_a_rank_that_others_joined_fuses_even_a_lone_big_tensor():
     (unit,) = plan.units
     assert unit.fused and not unit.in_place
     assert plan.reduction.op == ReduceOp.Sum and plan.reduction.postscale == 2.0 / 2
-    assert not plan.reduction.floor_divide
+    assert not plan.reduction.truncating_divide
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_identity_leaves_the_op_unchanged(op, dtype, fill):
     assert plan.fill == identity(plan.reduction.op, dtype)
 
 
-def test_integer_average_floor_divides_afterwards_and_keeps_its_postscale():
+def test_integer_average_divides_afterwards_and_keeps_its_postscale():
     meta = _meta("a", (2,), "int32", op=ReduceOp.Average, postscale=3.0)
     got = reduction(meta, 5)
     assert got == (ReduceOp.Sum, 1.0, 3.0, 5, True)

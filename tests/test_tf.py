@@ -35,6 +35,12 @@ def test_horovod_semantics(np):
     _check("check_tf_horovod.py", np)
 
 
+@pytest.mark.parametrize("np", [2, 3])
+def test_unnamed_calls_that_drift_apart_fail_naming_each_ranks_call_site(np):
+    # Eagerly and inside tf.function; the errors come within seconds, not a hang.
+    _check("check_tf_drift.py", np, env={"RINGTRAIN_UNNAMED_DRIFT_SECONDS": "1"})
+
+
 @pytest.mark.parametrize(("np", "inter_op"), [(1, 1), (2, 1), (2, 0), (3, 1), (4, 1)])
 def test_sync_batch_normalization(np, inter_op):
     # Batches of 4, 1, 0 and 6 rows on ranks 0-3; inter_op 0 is TensorFlow's default pool.

@@ -65,7 +65,11 @@ class Engine:
         if self.rank == 0:
             stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)
             self._coordinator = Coordinator(
-                self.size, settings.fusion_threshold, settings.cache_capacity, stall
+                self.size,
+                settings.fusion_threshold,
+                settings.cache_capacity,
+                stall,
+                settings.unnamed_drift_seconds,
             )
         self._lock = threading.Lock()
         self._outbox: list[Request] = []
@@ -282,7 +286,10 @@ class Engine:
                 self._forget(response)
                 continue
             if response.kind == messages.STALLED:
-                self._fail_stalled(response)
+                self._fail_listed(response, StallError)
+                continue
+            if response.kind == messages.DRIFTED:
+                self._fail_listed(response, MismatchError)
                 continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
@@ -385,8 +392,12 @@ class Engine:
                 sys.stderr.write(f"ringtrain: warning: {text}\n")
             for response in stalled:
                 sys.stderr.write(f"ringtrain: error: failing a stalled tensor: {response.error}\n")
+            drifted = coordinator.check_drift()
+            if drifted:
+                sys.stderr.write(f"ringtrain: error: {drifted[0].error}\n")
             sys.stderr.flush()
             responses.extend(stalled)
+            responses.extend(drifted)
         return responses
 
     def _execute(self, response):
@@ -430,15 +441,18 @@ class Engine:
             if request is not None:
                 request.handle.fail(_withdrawn_error(name))
 
-    def _fail_stalled(self, response):
-        """Fail this rank's requests that the stall shutdown failed, if it is among ``ranks``."""
+    def _fail_listed(self, response, error_class):
+        """Fail this rank's requests of ``response.names`` if it is among ``response.ranks``.
+
+        For the stall shutdown and the drift check, which fail names some ranks miss.
+        """
         if self.rank not in response.ranks:
             return  # this rank has no such request: its next one is failed as late, by rank 0
         with self._lock:
             requests = [self._inflight.pop(name, None) for name in response.names]
         for request in requests:
             if request is not None:
-                request.handle.fail(StallError(response.error))
+                request.handle.fail(error_class(response.error))
 
     def _stop(self, error):
         with self._lock:

@@ -58,10 +58,15 @@ class Executor:
                 timeline.span(name, phase, start, end)
 
     def _finish_average(self, reduction, outputs):
-        """Floor-divide the results of an integer Average (``reduction``) by its contributors."""
-        if reduction.floor_divide:
+        """Divide the results of an integer Average (``reduction``) by its contributors.
+
+        The quotient is truncated toward zero, as Horovod's and C's: the remainder (which
+        ``np.fmod`` gives the sign of the sum) is taken off first, so the division is exact.
+        """
+        if reduction.truncating_divide:
             for out in outputs:
                 if out is not None:
+                    out -= np.fmod(out, reduction.contributors)
                     np.floor_divide(out, reduction.contributors, out=out)
 
     def _allreduce(self, response, requests):

@@ -13,6 +13,10 @@ JOIN = "join"
 
 JOIN_NAME = "__ringtrain_join__"
 
+# Unnamed calls are named ``<kind>.noname@<call site>#<count>``: the count is of the calls of
+# that kind made from that site (see ``unnamed_name``).
+_UNNAMED = ".noname@"
+
 
 class Meta(typing.NamedTuple):
     """What a rank submitted under one name: everything but the data.
@@ -30,6 +34,25 @@ class Meta(typing.NamedTuple):
     root: int = -1
     splits: tuple | None = None
     group: tuple | None = None  # a grouped allreduce: its members' shapes; shape is (total,)
+
+
+def unnamed_name(kind: str, site: str, count: int) -> str:
+    """Return the name of the ``count``-th unnamed ``kind`` call made at ``site`` (0: first)."""
+    return f"{kind}{_UNNAMED}{site}#{count}"
+
+
+def unnamed_call(name: str) -> str | None:
+    """Return how errors show the unnamed call named ``name``; None for a name a user gave.
+
+    ``allreduce #3 at train.py:42`` for ``unnamed_name("allreduce", "train.py:42", 3)``; a
+    part of it (a group's member ``.0``, ``.lengths``, ...) adds ``, part 0``.
+    """
+    kind, unnamed, rest = name.partition(_UNNAMED)
+    if not unnamed:
+        return None
+    site, _, numbered = rest.rpartition("#")
+    count, _, part = numbered.partition(".")
+    return f"{kind} #{count} at {site}" + (f", part {part}" if part else "")
 
 
 class Withdrawal(typing.NamedTuple):
@@ -70,8 +93,9 @@ class Response:
     holds, per name, every rank's meta (None for a rank that has joined) where the kind needs
     them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine; kind
     ``withdrawn`` tells rank ``withdrawn_by`` that its submissions of ``names`` are
-    forgotten; kind ``stalled`` fails the handles of ``names`` on the ``ranks`` listed only
-    (the stall shutdown: the coordinator has forgotten those submissions).
+    forgotten; kinds ``stalled`` and ``drifted`` fail the handles of ``names`` on the
+    ``ranks`` listed only (the stall shutdown, and the drift check of unnamed calls: the
+    coordinator has forgotten those submissions).
     """
 
     kind: str
@@ -102,5 +126,6 @@ def from_wire(rows: list[tuple]) -> list[Response]:
 STOP = "stop"
 WITHDRAWN = "withdrawn"
 STALLED = "stalled"
+DRIFTED = "drifted"
 SHUTDOWN_REQUEST = "shutdown"
 FINISHED = "finished"  # a rank's last control message, after it has stopped

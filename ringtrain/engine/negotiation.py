@@ -17,12 +17,17 @@ _JOIN_UNSUPPORTED = (messages.ALLTOALL, messages.REDUCESCATTER)
 class Coordinator:
     """Matches submissions across ranks, checks they agree, and plans fused responses."""
 
-    def __init__(self, size, fusion_threshold, cache_capacity, stall, clock=time.monotonic):
+    def __init__(
+        self, size, fusion_threshold, cache_capacity, stall, drift_after=0.0, clock=time.monotonic
+    ):
+        """``drift_after``: seconds without a submission before ``check_drift`` fails (0: off)."""
         self.size = size
         self.fusion_threshold = fusion_threshold
         self.cache_capacity = cache_capacity
         self.stall: StallInspector = stall
+        self.drift_after = drift_after
         self._clock = clock
+        self._submitted_at = clock()  # the last submission's time, for the drift check
         self._table: dict[str, dict[int, Meta]] = {}
         self._ready: list[str] = []
         self._ready_at: dict[str, float] = {}
@@ -32,9 +37,10 @@ class Coordinator:
         self._cache_id: dict[Meta, int] = {}
         self._uncached: dict[str, set[int]] = {}  # name -> ranks that sent a full meta
         self._withdrawn: dict[int, list[str]] = {}  # rank -> names it took back, to confirm
-        # A name failed by the stall shutdown -> (ranks that had not submitted it, why): each
-        # one's next submission of it is its late one for the failed round, and fails too.
-        self._owed: dict[str, tuple[set[int], str]] = {}
+        # A name failed on the ranks that had submitted it (by the stall shutdown or the drift
+        # check) -> (the ranks that had not, what failed it, the response kind): each one's
+        # next submission of it is its late one for the failed round, and fails too.
+        self._owed: dict[str, tuple[set[int], str, str]] = {}
         self._late: list[Response] = []  # failures of late submissions, to send
 
     def pending(self) -> bool:
@@ -69,6 +75,7 @@ class Coordinator:
                 self._withdraw(rank, entry.name)
                 continue
             meta = self._cache_meta[entry] if isinstance(entry, int) else entry
+            self._submitted_at = now
             if meta.name in self._owed and self._late_submission(rank, meta.name):
                 continue
             if not isinstance(entry, int):
@@ -106,26 +113,26 @@ class Coordinator:
     def _late_submission(self, rank, name):
         """Return True, failing it, if this submission of ``name`` is ``rank``'s late one.
 
-        That is the first one since the stall shutdown failed ``name`` without ``rank``: it
-        belongs to the failed round, so it must not pair with other ranks' next submissions.
+        That is the first one since the stall shutdown or the drift check failed ``name``
+        without ``rank``: it belongs to the failed round, so it must not pair with other
+        ranks' next submissions.
         """
-        owing, why = self._owed[name]
+        owing, why, kind = self._owed[name]
         if rank not in owing:
             return False
         owing.discard(rank)
         if not owing:
             del self._owed[name]
         error = (
-            f"tensor {name!r}: rank {rank} submitted it after the stall shutdown had failed it "
-            f"on {why}; this late submission fails too, and the name's next submission starts "
-            "afresh"
+            f"tensor {name!r}: rank {rank} submitted it after {why}; this late submission "
+            "fails too, and the name's next submission starts afresh"
         )
-        self._late.append(Response(messages.STALLED, [name], error=error, ranks=(rank,)))
+        self._late.append(Response(kind, [name], error=error, ranks=(rank,)))
         return True
 
     def _forgive(self, rank):
         """Expect no late submission from ``rank``, which has joined: it submits no more."""
-        for name, (owing, _) in list(self._owed.items()):
+        for name, (owing, _, _) in list(self._owed.items()):
             owing.discard(rank)
             if not owing:
                 del self._owed[name]
@@ -192,17 +199,61 @@ class Coordinator:
         return sorted(self._table[name]), self._missing(name)
 
     def _fail_stalled(self, stall):
-        name = stall.name
         error = (
             f"stall shutdown after {self.stall.shutdown_after:g} s "
             f"(RINGTRAIN_STALL_SHUTDOWN_SECONDS): {describe(stall)}"
         )
+        why = (
+            f"the stall shutdown had failed it on ranks {list(stall.submitted)}, which had "
+            f"waited {stall.age:.1f} s for it"
+        )
+        return self._fail_unmatched(stall.name, messages.STALLED, error, why)
+
+    def check_drift(self) -> list[Response]:
+        """Return responses that fail every pending unnamed call, if the ranks have drifted.
+
+        They have when every rank that has not joined waits for unnamed calls, none of which
+        every rank has submitted, and no submission has come in for ``drift_after`` seconds.
+        Unnamed calls are named by call site and count (``messages.unnamed_name``), so such
+        ranks are at different calls and would wait for each other forever. Each name fails
+        on the ranks that submitted it; the others' next submission of it fails as late.
+        """
+        if not self.drift_after or self._ready or not self._table:
+            return []
+        if self._clock() - self._submitted_at < self.drift_after:
+            return []
+        waiting: dict[int, list[str]] = {}  # rank -> the unnamed calls it waits for
+        for name, metas in self._table.items():
+            call = messages.unnamed_call(name)
+            if call is not None:
+                for rank in metas:
+                    waiting.setdefault(rank, []).append(call)
+        if any(r not in waiting for r in range(self.size) if r not in self._joined):
+            return []  # a rank that waits for named calls only may still submit the others
+        parts = "; ".join(f"rank {r} at {_listed(waiting[r])}" for r in sorted(waiting))
+        error = (
+            f"unnamed collectives drifted apart across ranks ({parts}): every rank waits for "
+            "unnamed calls that some other rank has not made, and no rank has submitted "
+            f"anything for {self.drift_after:g} s (RINGTRAIN_UNNAMED_DRIFT_SECONDS). Unnamed "
+            "calls pair by call site and count, so every rank must make them from the same "
+            "lines, as many times; name the calls that ranks skip or make from different lines"
+        )
+        drifted = [n for n in self._table if messages.unnamed_call(n) is not None]
+        why = "the drift check of unnamed calls had failed it on the ranks that had made it"
+        return [self._fail_unmatched(n, messages.DRIFTED, error, why) for n in drifted]
+
+    def _fail_unmatched(self, name, kind, error, why):
+        """Forget ``name``, which some ranks miss; return a ``kind`` response failing it.
+
+        The ranks that submitted it fail it; the others' next submission of it is their late
+        one for this failed round, which fails too (``_late_submission``), with ``why``.
+        """
+        submitted, missing = self._ranks_of(name)
         del self._table[name]
         self._uncached.pop(name, None)
         self.stall.done(name)
-        why = f"ranks {list(stall.submitted)}, which had waited {stall.age:.1f} s for it"
-        self._owed[name] = (set(stall.missing), why)
-        return Response(messages.STALLED, [name], error=error, ranks=stall.submitted)
+        self._owed[name] = (set(missing), why, kind)
+        return Response(kind, [name], error=error, ranks=tuple(submitted))
 
     def _response(self, kind, metas):
         names = [m.name for m in metas]
@@ -263,6 +314,12 @@ class Coordinator:
                     name, field, by_rank, lambda m, f=field: messages.field_value(m, f)
                 )
         return None
+
+
+def _listed(calls, most=3):
+    """Return ``calls`` joined for a message, the first ``most`` of them, counting the rest."""
+    more = f" and {len(calls) - most} more" if len(calls) > most else ""
+    return ", ".join(calls[:most]) + more
 
 
 def _mismatch(name, field, by_rank, value_of):

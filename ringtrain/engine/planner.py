@@ -38,28 +38,29 @@ class Reduction(typing.NamedTuple):
     """The reduction that the transport runs for one meta, once ``contributors`` ranks take part.
 
     Average becomes Sum: a float Average divides through ``postscale``, an integer one
-    floor-divides its results by ``contributors`` afterwards (``floor_divide``).
+    divides its results by ``contributors`` afterwards, truncating toward zero as Horovod
+    and C do (``truncating_divide``).
     """
 
     op: ReduceOp
     prescale: float
     postscale: float
     contributors: int
-    floor_divide: bool
+    truncating_divide: bool
 
 
 def reduction(meta, contributors: int) -> Reduction:
     """Return the reduction of ``meta`` (an allreduce or reduce-scatter) over ``contributors``."""
     op = ReduceOp(meta.op)
     postscale = meta.postscale
-    floor_divide = False
+    truncating_divide = False
     if op == ReduceOp.Average:
         op = ReduceOp.Sum
         if is_integer(meta.dtype):
-            floor_divide = True
+            truncating_divide = True
         else:
             postscale = postscale / contributors
-    return Reduction(op, meta.prescale, postscale, contributors, floor_divide)
+    return Reduction(op, meta.prescale, postscale, contributors, truncating_divide)
 
 
 class Member(typing.NamedTuple):

@@ -27,7 +27,7 @@ from ringtrain.tensorflow.compression import Compression
 
 
 def _grad_name(name, what="grad"):
-    return None if name is None else f"{name}.{what}"
+    return f"{name}.{what}"
 
 
 def _rows_unknown(shape):
@@ -102,15 +102,15 @@ def allreduce(
     A ``tf.IndexedSlices`` is allgathered (values and indices) instead, for op Sum or
     Average without scale factors (NotImplementedError otherwise, as in Horovod). Integer
     tensors take scale factors as in Horovod (float64, truncated toward zero). Unnamed calls
-    are matched across ranks by order, as in ``ringtrain.allreduce``. ``average`` is
-    Horovod's older flag for op (True: Average, False: Sum).
+    are named as ``exchange.call_name`` says. ``average`` is Horovod's older flag for op
+    (True: Average, False: Sum).
     """
     op = resolve_op(op, average)
+    name = exchange.call_name(name, "allreduce", process_set)
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(op, prescale_factor, postscale_factor)
-        site = name or exchange.site_name("allreduce.sparse", process_set)
         return exchange.allreduce_gradients(
-            [tensor], ["tensor"], site, op=op, compression=compression, process_set=process_set
+            [tensor], ["tensor"], name, op=op, compression=compression, process_set=process_set
         )[0]
     wire, ctx = compression.compress(tf.convert_to_tensor(tensor))
     (wire,), op, prescale, postscale, finish = _integer_scaling(
@@ -164,18 +164,16 @@ def grouped_allreduce(
     op = resolve_op(op, average)
     if not tensors:
         return []
+    name = exchange.call_name(name, "grouped_allreduce", process_set)
     results = [None] * len(tensors)
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     if sparse:
         _check_sparse(op, prescale_factor, postscale_factor)
-        site = _grad_name(name, "sparse") or exchange.site_name(
-            "grouped_allreduce.sparse", process_set
-        )
         reduced = exchange.allreduce_gradients(
             [tensors[i] for i in sparse],
             [f"tensor {i}" for i in sparse],
-            site,
+            _grad_name(name, "sparse"),
             op=op,
             compression=compression,
             process_set=process_set,
@@ -236,6 +234,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
     """
     tensor = tf.convert_to_tensor(tensor)
     _at_least_1d(tensor, "allgather")
+    name = exchange.call_name(name, "allgather", process_set)
     wire, restore = exchange.engine_wire(tensor)
     if wire is not tensor or not _differentiable(tensor):
         return restore(_allgather_once(wire, name, process_set))
@@ -271,6 +270,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=N
         _at_least_1d(tensor, "grouped_allgather")
     if not tensors:
         return []
+    name = exchange.call_name(name, "grouped_allgather", process_set)
     wires, restores = zip(*(exchange.engine_wire(t) for t in tensors), strict=True)
 
     @tf.custom_gradient
@@ -298,6 +298,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=N
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=None):
     """Return ``root_rank``'s ``tensor`` (a rank of the whole job) on every rank."""
     tensor = tf.convert_to_tensor(tensor)
+    name = exchange.call_name(name, "broadcast", process_set)
     wire, restore = exchange.engine_wire(tensor)
     if wire is not tensor or not _differentiable(tensor):
         return restore(_broadcast_once(wire, root_rank, name, process_set))
@@ -349,6 +350,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
                 f"alltoall splits must be integers, got a {splits.dtype.name} tensor"
             )
         splits = tf.cast(tf.reshape(splits, [-1]), tf.int32)
+    name = exchange.call_name(name, "alltoall", process_set)
     wire, restore = exchange.engine_wire(tensor)
     if wire is not tensor or not _differentiable(tensor):
         y, received = _alltoall_once(wire, splits, name, process_set)
@@ -422,6 +424,7 @@ def reducescatter(
 
     Integer tensors take scale factors as in Horovod (float64, truncated toward zero).
     """
+    name = exchange.call_name(name, "reducescatter", process_set)
     return grouped_reducescatter(
         [tensor], op, name, prescale_factor, postscale_factor, process_set, compression=compression
     )[0]
@@ -445,6 +448,7 @@ def grouped_reducescatter(
         _at_least_1d(tensor, "grouped_reducescatter")
     if not tensors:
         return []
+    name = exchange.call_name(name, "grouped_reducescatter", process_set)
     compressed = [compression.compress(t) for t in tensors]
     wires, group_op, prescale, postscale, finish = _integer_scaling(
         [wire for wire, _ in compressed], op, prescale_factor, postscale_factor, process_set

@@ -29,23 +29,33 @@ def _outermost_function_graph():
     return graph
 
 
+def traced_site(base: str) -> tuple[str, int] | None:
+    """Return (the name of the ``tf.function`` being traced, how many ``base`` sites it had).
+
+    The count is of the earlier calls with ``base`` in the function's graph (its cond and
+    loop bodies included); retracing starts from zero again, so ranks that retrace a
+    different number of times still agree. None when not tracing a ``tf.function``.
+    """
+    if tf.executing_eagerly():
+        return None
+    graph = _outermost_function_graph()
+    if graph is None:
+        return None
+    counts = _site_counts.setdefault(graph, {})
+    k = counts.get(base, 0)
+    counts[base] = k + 1
+    return graph.name, k
+
+
 def site_name(base: str) -> str:
     """Return a name for one exchange site, identical on every rank and unique per step.
 
     Eagerly every exchange completes before the next starts, so ``base`` is enough. While
-    tracing a ``tf.function``, the k-th site with the same ``base`` in the step's graph
-    (its cond and loop bodies included) gets ``base.k``: retracing starts from zero again,
-    so ranks that retrace a different number of times still agree.
+    tracing a ``tf.function``, the k-th site with the same ``base`` in the step's graph gets
+    ``base.k`` (``traced_site``).
     """
-    if tf.executing_eagerly():
-        return base
-    graph = _outermost_function_graph()
-    if graph is None:
-        return base
-    counts = _site_counts.setdefault(graph, {})
-    k = counts.get(base, 0)
-    counts[base] = k + 1
-    return base if k == 0 else f"{base}.{k}"
+    traced = traced_site(base)
+    return base if traced is None or traced[1] == 0 else f"{base}.{traced[1]}"
 
 
 def variable_label(variable, index: int) -> str:

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from ringtrain import api
 from ringtrain.dtypes import SUPPORTED
+from ringtrain.engine.messages import unnamed_name
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
@@ -66,6 +67,25 @@ def site_name(base, process_set):
     """
     process_set_id = resolve(process_set).process_set_id
     return compat.site_name(base if process_set_id == 0 else f"{base}.set{process_set_id}")
+
+
+def call_name(name, kind, process_set):
+    """Return ``name``, or the name that every rank gives this unnamed ``kind`` call alike.
+
+    Eagerly it is ``api.unnamed_name``'s: the caller's file and line, and how many ``kind``
+    calls that line made. While tracing a ``tf.function`` it is the function's name and the
+    number of the unnamed ``kind`` calls before this one in its trace (``compat.traced_site``),
+    which is the same on every rank whichever ranks retraced it.
+    """
+    if name is not None:
+        return name
+    process_set_id = resolve(process_set).process_set_id
+    base = f"{kind}.noname" if process_set_id == 0 else f"{kind}.noname.set{process_set_id}"
+    traced = compat.traced_site(base)
+    if traced is None:
+        return api.unnamed_name(kind, process_set)
+    function, count = traced
+    return unnamed_name(kind, f"{function} (tf.function)", count)
 
 
 def _reducer(op, prescale, postscale, read_only, process_set):

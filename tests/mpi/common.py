@@ -37,7 +37,8 @@ def expected(op, arrays, dtype):
         result = stack.sum(axis=0, dtype=wide)
     elif op == ringtrain.Average:
         total = stack.sum(axis=0, dtype=wide)
-        result = total // len(arrays) if dtype.kind in "iu" else total / len(arrays)
+        # Integers: truncated toward zero, as Horovod (not NumPy's floor, ``//``).
+        result = np.trunc(total / len(arrays)) if dtype.kind in "iu" else total / len(arrays)
     elif op == ringtrain.Min:
         result = stack.min(axis=0)
     elif op == ringtrain.Max:
