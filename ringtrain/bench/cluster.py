@@ -73,6 +73,7 @@ def add_arguments(parser) -> None:
         help="more options for `python -m ringtrain.bench allreduce`, as one string "
         "(default '--small-count 20')",
     )
+    parser.add_argument("--mpi-args", default="", help="more options for mpirun, as one string")
     parser.add_argument(
         "--iperf-seconds", type=float, default=3.0, help="length of the TCP ceiling measurement"
     )
@@ -139,7 +140,7 @@ def _launch(args, names, per_host, transport):
         out = Path(tmp) / "rows.json"
         # Ranks may outnumber cores: a rank waiting in MPI must yield its core.
         mpi_args = ["--prtemca", "plm_ssh_agent", netns.agent()]
-        mpi_args += ["--mca", "mpi_yield_when_idle", "1"]
+        mpi_args += ["--mca", "mpi_yield_when_idle", "1", *shlex.split(args.mpi_args)]
         command = [
             sys.executable, "-m", "ringtrain.runner", "-np", str(per_host * len(names)),
             "--hostfile", str(hostfile), "--network-interface", netns.SUBNET,
@@ -154,6 +155,10 @@ def _launch(args, names, per_host, transport):
             PYTHONPATH=os.pathsep.join(pythonpath),
             # ringtrain-run passes RINGTRAIN_* variables on to every rank.
             RINGTRAIN_HIERARCHICAL_ALLREDUCE=str(int(transport == "hierarchical")),
+            # Every test host sees all of this machine's cores: ranks binding to their host's
+            # share would pin ranks of different hosts to the same cores, where they starve
+            # each other (a 2 x 2 run took minutes instead of seconds).
+            RINGTRAIN_BIND_CORES="0",
         )
         what = f"{len(names)} hosts x {per_host} ranks, {transport}"
         _run_bounded(netns.on_host(names[0], command), env, args.launch_timeout, what, tmp)

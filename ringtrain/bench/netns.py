@@ -141,8 +141,8 @@ def limit_links(names: list[str], rate: str, delay: str | None = None, prefix: s
 def unlimit_links(names: list[str], prefix: str = PREFIX) -> None:
     """Remove the caps of ``limit_links`` from the hosts ``names``; idempotent."""
     for index, name in enumerate(names):
-        _tc(name, "eth0", check=False, action="del")
-        _tc(_switch(prefix), _port(index), check=False, action="del")
+        _tc(name, "eth0", "root", check=False, action="del")
+        _tc(_switch(prefix), _port(index), "root", check=False, action="del")
 
 
 def down(prefix: str = PREFIX) -> None:
