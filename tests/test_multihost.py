@@ -37,6 +37,7 @@ SLOTS = [2, 1, 1]
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
 TIMEOUT = 5  # RINGTRAIN_COLLECTIVE_TIMEOUT of the tests whose host stops answering
 BENCH_PREFIX = "rtmhb"  # the namespaces of the cluster benchmark's own test hosts
+GUARD = "ringtrain.guard"  # what ringtrain-run starts each rank under: python -m GUARD ...
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +361,8 @@ def _wait_for_ranks(names, count, within=120):
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         running = {pid: _command(pid) for _, pid in _left_running(names, "")}
-        if sum("ringtrain.guard" in (command or "") for command in running.values()) >= count:
+        ranks = [c for c in running.values() if (c or "").split("\0")[1:3] == ["-m", GUARD]]
+        if len(ranks) >= count:
             return running
         time.sleep(0.5)
     raise AssertionError(f"{count} ranks did not start on {names} within {within} s")
