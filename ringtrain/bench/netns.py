@@ -32,6 +32,11 @@ _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10
 _DELAY = re.compile(r"\d+(\.\d+)?(us|ms|s)")
 _BURST_SECONDS = 0.002  # the token bucket holds 2 ms of the rate, at least 256 KiB
 _MIN_BURST = 256 << 10
+# A queue of each kind that why_unavailable tries to add, to see that tc can
+_QDISC_PROBES = {
+    "tbf": ("root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "50ms"),
+    "netem": ("root", "netem", "delay", "1ms"),
+}
 
 
 def host_names(count: int, prefix: str = PREFIX) -> list[str]:
@@ -88,12 +93,6 @@ def why_unavailable(prefix: str = PREFIX, qdiscs: tuple[str, ...] = ()) -> str |
     finally:
         _ip("netns", "del", probe, check=False)
     return None
-
-
-_QDISC_PROBES = {
-    "tbf": ("root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "50ms"),
-    "netem": ("root", "netem", "delay", "1ms"),
-}
 
 
 def up(count: int, prefix: str = PREFIX, subnet: str = SUBNET) -> dict[str, str]:
