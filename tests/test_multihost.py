@@ -61,6 +61,13 @@ _MPI_ARGS = [
 ]
 
 
+def _repo_env():
+    """Return this environment with the repository first on PYTHONPATH."""
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+
+
 def _launch(cluster, *command, options=(), settings=None, where=None, timeout=120):
     names, hostfile = cluster
     where = where or ["-np", str(sum(SLOTS)), "--hostfile", str(hostfile), "--start-timeout", "60"]
@@ -69,9 +76,7 @@ def _launch(cluster, *command, options=(), settings=None, where=None, timeout=12
         "--network-interface", netns.SUBNET, "--mpi-args", shlex.join(_MPI_ARGS),
         *options, sys.executable, *command,
     ]  # fmt: skip
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _repo_env()
     env.update(settings or {})
     return launch(netns.on_host(names[0], runner), timeout, cwd=hostfile.parent, env=env)
 
@@ -295,12 +300,6 @@ def _cluster_bench(*options, json_file=None):
     return command + (["--json", str(json_file)] if json_file else [])
 
 
-def _bench_env():
-    return dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
-
-
 @pytest.fixture
 def bench_hosts():
     """Skip where the benchmark cannot make its hosts; remove them should a test fail."""
@@ -314,7 +313,7 @@ def bench_hosts():
 def test_the_cluster_benchmark_runs_both_transports_and_removes_its_hosts(bench_hosts, tmp_path):
     out = tmp_path / "cluster.json"
     argv = _cluster_bench("--sizes", "4096,65540", "--seconds", "0.05", json_file=out)
-    done, _ = bounded.run(argv, 180, env=_bench_env())
+    done, _ = bounded.run(argv, 180, env=_repo_env())
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     assert netns.left_behind(BENCH_PREFIX) == []
     result = json.loads(out.read_text())
@@ -339,7 +338,7 @@ def test_the_cluster_benchmark_runs_both_transports_and_removes_its_hosts(bench_
 def test_a_sigterm_mid_run_leaves_no_namespace_or_rank_behind(bench_hosts):
     argv = _cluster_bench("--sizes", "16777216", "--seconds", "60")
     with subprocess.Popen(
-        argv, env=_bench_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, env=_repo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as bench:
         try:
             started = _wait_for_ranks(netns.host_names(2, BENCH_PREFIX), 4)
