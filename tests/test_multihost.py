@@ -1,22 +1,27 @@
 """``ringtrain-run --hostfile`` across test hosts made of network namespaces, over TCP.
 
 Three hosts (2, 1 and 1 slots) get their own network namespace, address in 10.231.0.0/24 and
-hostname (see ``multihost/netns_cluster.py``); Open MPI reaches them through a remote-shell
+hostname (see ``ringtrain/bench/netns.py``); Open MPI reaches them through a remote-shell
 agent instead of ssh. Needs root and ``ip`` (iproute2); skipped where namespaces cannot be made.
 """
 
 import contextlib
+import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import bounded
 import pytest
 from mpi_launch import launch
-from multihost import netns_cluster
+
+from ringtrain.bench import netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "elastic"))
 import discovery  # noqa: E402 - next to the elastic job it serves
@@ -24,21 +29,24 @@ import replay  # noqa: E402 - next to the elastic job it checks
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests/multihost"
+CHECKS = REPO / "tests/mpi"
 ELASTIC_JOB = REPO / "tests/elastic/numpy_job.py"
 # No other test's job runs beside these (tests/conftest.py), on one worker.
 pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("alone")]
 SLOTS = [2, 1, 1]
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
 TIMEOUT = 5  # RINGTRAIN_COLLECTIVE_TIMEOUT of the tests whose host stops answering
+BENCH_PREFIX = "rtmhb"  # the namespaces of the cluster benchmark's own test hosts
+GUARD = "ringtrain.guard"  # what ringtrain-run starts each rank under: python -m GUARD ...
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Make the namespace hosts and a hostfile naming them; remove them whatever happens."""
-    reason = netns_cluster.why_unavailable()
+    reason = netns.why_unavailable()
     if reason:
         pytest.skip(reason)
-    with netns_cluster.cluster(len(SLOTS)) as hosts:
+    with netns.cluster(len(SLOTS)) as hosts:
         hostfile = tmp_path_factory.mktemp("multihost") / "hosts"
         hostfile.write_text(
             "".join(f"{name} slots={slots}\n" for name, slots in zip(hosts, SLOTS, strict=True))
@@ -47,10 +55,17 @@ def cluster(tmp_path_factory):
 
 
 _MPI_ARGS = [
-    *("--prtemca", "plm_ssh_agent", netns_cluster.agent()),
+    *("--prtemca", "plm_ssh_agent", netns.agent()),
     # the test hosts share this machine's cores: ranks waiting in MPI must yield them
     *("--mca", "mpi_yield_when_idle", "1"),
 ]
+
+
+def _repo_env():
+    """Return this environment with the repository first on PYTHONPATH."""
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
 
 
 def _launch(cluster, *command, options=(), settings=None, where=None, timeout=120):
@@ -58,14 +73,12 @@ def _launch(cluster, *command, options=(), settings=None, where=None, timeout=12
     where = where or ["-np", str(sum(SLOTS)), "--hostfile", str(hostfile), "--start-timeout", "60"]
     runner = [
         sys.executable, "-m", "ringtrain.runner", *where,
-        "--network-interface", netns_cluster.SUBNET, "--mpi-args", shlex.join(_MPI_ARGS),
+        "--network-interface", netns.SUBNET, "--mpi-args", shlex.join(_MPI_ARGS),
         *options, sys.executable, *command,
     ]  # fmt: skip
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = _repo_env()
     env.update(settings or {})
-    return launch(netns_cluster.on_host(names[0], runner), timeout, cwd=hostfile.parent, env=env)
+    return launch(netns.on_host(names[0], runner), timeout, cwd=hostfile.parent, env=env)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +168,7 @@ def test_a_host_that_stops_answering_ends_the_job_naming_it(cluster, mode):
         ended = time.time()
     finally:  # the host's link comes back for the next test
         subprocess.run(["ip", "-n", names[2], "link", "set", "eth0", "up"], timeout=20)
-        route = ["ip", "-n", names[2], "route", "replace", netns_cluster.SUBNET, "dev", "eth0"]
+        route = ["ip", "-n", names[2], "route", "replace", netns.SUBNET, "dev", "eth0"]
         subprocess.run(route, timeout=20)
     assert done.returncode != 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     fault = re.search(rf"rank 3 on {names[2]}: {mode} at ([\d.]+)", done.stdout)
@@ -254,3 +267,114 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
     result = replay.checked_result(tmp_path / "out.json", 80)
     sizes = [size for _, size, _ in result["history"]]
     assert sizes == [4] * 20 + [3] * 60
+
+
+@pytest.mark.parametrize(
+    ("script", "hierarchical"),
+    [("check_allreduce.py", "0"), ("check_allreduce.py", "1"), ("check_collectives.py", "1")],
+    ids=["allreduce-flat", "allreduce-hierarchical", "collectives"],
+)
+def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, hierarchical):
+    """Every dtype and op, lengths 0, 1 and uneven, each rank its own data, against NumPy."""
+    names, _ = cluster
+    layout = ",".join(map(str, SLOTS))
+    netns.limit_links(names, "200mbit")
+    try:
+        done, _ = _launch(
+            cluster,
+            str(CHECKS / script),
+            layout,
+            settings={
+                "RINGTRAIN_HIERARCHICAL_ALLREDUCE": hierarchical,
+                # the hosts share this machine's cores: ranks of two hosts must not pin to one
+                "RINGTRAIN_BIND_CORES": "0",
+                "PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)]),
+            },
+        )
+    finally:
+        netns.unlimit_links(names)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+
+
+def _cluster_bench(*options, json_file=None):
+    """Return the argv of the cluster benchmark on its own two test hosts, tiny and short."""
+    command = [
+        sys.executable, "-m", "ringtrain.bench", "cluster", "--prefix", BENCH_PREFIX,
+        "--hosts", "2", "--ranks-per-host", "2", "--rate", "200mbit", "--iperf-seconds", "1",
+        "--bench-args", "--small-count 2 --small-bytes 1024", *options,
+    ]  # fmt: skip
+    return command + (["--json", str(json_file)] if json_file else [])
+
+
+@pytest.fixture
+def bench_hosts():
+    """Skip where the benchmark cannot make its hosts; remove them should a test fail."""
+    reason = netns.why_unavailable(BENCH_PREFIX, ("tbf",))
+    if reason:
+        pytest.skip(reason)
+    yield
+    netns.down(BENCH_PREFIX)
+
+
+def test_the_cluster_benchmark_runs_both_transports_and_removes_its_hosts(bench_hosts, tmp_path):
+    out = tmp_path / "cluster.json"
+    argv = _cluster_bench("--sizes", "4096,65540", "--seconds", "0.05", json_file=out)
+    done, _ = bounded.run(argv, 180, env=_repo_env())
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert netns.left_behind(BENCH_PREFIX) == []
+    result = json.loads(out.read_text())
+    assert (result["hosts"], result["rate_bits_per_s"], result["delay"]) == (2, 200e6, None)
+    ceiling = result["tcp_ceiling_bits_per_s"]
+    if shutil.which("iperf3"):  # the cap holds: TCP never goes faster than it
+        assert 0 < ceiling <= 1.05 * 200e6, ceiling
+    else:
+        assert ceiling is None
+    runs = [(run["ranks_per_host"], run["transport"]) for run in result["runs"]]
+    assert runs == [(2, "flat"), (2, "hierarchical")]
+    for run in result["runs"]:
+        singles = [row["bytes"] for row in run["rows"] if row["case"] == "single"]
+        assert singles == [4096, 65540]
+        for row in run["rows"]:
+            assert row["ranks"] == 4
+            assert row["ringtrain_link_fraction"] > 0 and row["mpi_link_fraction"] > 0
+            assert (row["ringtrain_tcp_fraction"] is None) == (ceiling is None)
+    assert "2 hosts x 2 ranks (4 ranks), ringtrain hierarchical" in done.stdout
+
+
+def test_a_sigterm_mid_run_leaves_no_namespace_or_rank_behind(bench_hosts):
+    argv = _cluster_bench("--sizes", "16777216", "--seconds", "60")
+    with subprocess.Popen(
+        argv, env=_repo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as bench:
+        try:
+            started = _wait_for_ranks(netns.host_names(2, BENCH_PREFIX), 4)
+            bench.send_signal(signal.SIGTERM)
+            out, err = bench.communicate(timeout=60)
+        finally:
+            bench.kill()
+    assert bench.returncode == 128 + signal.SIGTERM, f"stdout:\n{out}\nstderr:\n{err}"
+    assert "ended by SIGTERM; the test hosts are removed" in err
+    assert netns.left_behind(BENCH_PREFIX) == []
+    assert [pid for pid, command in started.items() if _command(pid) == command] == []
+
+
+def _wait_for_ranks(names, count, within=120):
+    """Wait for ``count`` ranks on the hosts ``names``; return every process there then.
+
+    Processes are keyed by pid, with their command line to tell a reused pid apart.
+    """
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        running = {pid: _command(pid) for _, pid in _left_running(names, "")}
+        ranks = [c for c in running.values() if (c or "").split("\0")[1:3] == ["-m", GUARD]]
+        if len(ranks) >= count:
+            return running
+        time.sleep(0.5)
+    raise AssertionError(f"{count} ranks did not start on {names} within {within} s")
+
+
+def _command(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except FileNotFoundError:
+        return None

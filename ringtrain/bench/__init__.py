@@ -2,6 +2,8 @@
 
 - ``allreduce``: ringtrain's allreduce against ``MPI_Allreduce``; ``kernels``: the fusion
   kernels against a plain copy (no MPI).
+- ``cluster`` (root, not under mpirun): ``allreduce`` across test hosts made of network
+  namespaces (``netns``) with capped links, against the link's rate and TCP ceiling.
 - ``train``: training throughput against one process and MultiWorkerMirroredStrategy;
   ``thread_cpu``: where a step's CPU goes, by thread.
 """

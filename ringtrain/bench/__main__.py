@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from ringtrain.bench import allreduce, kernels, train
+from ringtrain.bench import allreduce, cluster, kernels, train
 
 
 def main(argv=None) -> int:
@@ -12,9 +12,15 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="benchmark", required=True)
     allreduce.add_arguments(commands.add_parser("allreduce", help=allreduce.__doc__))
     kernels.add_arguments(commands.add_parser("kernels", help=kernels.__doc__))
+    cluster.add_arguments(commands.add_parser("cluster", help=cluster.__doc__.splitlines()[0]))
     train.add_arguments(commands.add_parser("train", help=train.__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
-    runs = {"allreduce": allreduce.run, "kernels": kernels.run, "train": train.run}
+    runs = {
+        "allreduce": allreduce.run,
+        "cluster": cluster.run,
+        "kernels": kernels.run,
+        "train": train.run,
+    }
     return runs[args.benchmark](args)
 
 

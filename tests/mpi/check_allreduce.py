@@ -14,12 +14,17 @@ SHAPES = [(0,), (1,), (7,), (3, 5), (10007,)]
 def body():
     ringtrain.init()
     r, n = ringtrain.rank(), ringtrain.size()
-    # Every rank is on this one host: the flat ring takes calls up to the setting through
-    # shared memory.
+    # Where every rank is on one host, the flat ring takes calls up to the setting through
+    # shared memory; the hierarchical allreduce is on where the setting asks for it.
+    capabilities = runtime.current().engine.transport.capabilities
+    wanted = os.environ.get("RINGTRAIN_HIERARCHICAL_ALLREDUCE")
+    if wanted is not None:
+        assert capabilities.hierarchical == (wanted == "1"), f"hierarchical: {capabilities}"
     shared_on = os.environ.get("RINGTRAIN_SHARED_MEMORY_BYTES") != "0"
-    flat = os.environ.get("RINGTRAIN_HIERARCHICAL_ALLREDUCE") != "1"
-    uses_shared = runtime.current().engine.transport.capabilities.shared_bytes > 0
-    assert uses_shared == (shared_on and flat and n > 1), f"shared memory in use: {uses_shared}"
+    one_host = ringtrain.local_size() == n
+    uses_shared = capabilities.shared_bytes > 0
+    expected_shared = shared_on and not capabilities.hierarchical and one_host and n > 1
+    assert uses_shared == expected_shared, f"shared memory in use: {uses_shared}"
     for dtype in DTYPES:
         for op in OPS:
             for shape in SHAPES:

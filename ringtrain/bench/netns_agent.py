@@ -1,7 +1,8 @@
 """Remote-shell agent of the namespace test cluster: Open MPI runs it where it would run ssh.
 
-``netns_agent.py HOST WORD...`` joins the words with spaces, as ssh does, and runs them in a
-shell inside network namespace HOST, under a UTS namespace whose hostname is HOST.
+``python -m ringtrain.bench.netns_agent HOST WORD...`` joins the words with spaces, as ssh
+does, and runs them in a shell inside network namespace HOST, under a UTS namespace whose
+hostname is HOST.
 """
 
 import os

@@ -1,14 +1,14 @@
-"""A cluster of test hosts made of network namespaces on this machine (needs root, iproute2).
+"""A cluster of test hosts made of network namespaces on this machine (root, iproute2, tc).
 
 Each host is a network namespace whose ``eth0`` is one end of a veth pair; the other ends sit
 on a bridge inside a separate switch namespace. Nothing is added to the machine's own network
 namespace, so traffic stays between the test hosts (and their loopbacks). Addresses come from
 a private test subnet, 10.231.0.0/24 by default. A host gets its own hostname only inside a
-UTS namespace: ``on_host`` and the agent (``netns_agent.py``, used by Open MPI instead of ssh)
-both set it.
+UTS namespace: ``on_host`` and the agent (``python -m ringtrain.bench.netns_agent``, which
+Open MPI runs instead of ssh) both set it. ``limit_links`` caps each host's link with ``tc``.
 
-    python tests/multihost/netns_cluster.py up --hosts 3   # make rtmh-0 .. rtmh-2
-    python tests/multihost/netns_cluster.py down           # remove them, also after a crash
+    python -m ringtrain.bench.netns up --hosts 3   # make rtmh-0 .. rtmh-2
+    python -m ringtrain.bench.netns down           # remove them, also after a crash
 """
 
 import argparse
@@ -18,17 +18,25 @@ import fcntl
 import glob
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 PREFIX = "rtmh"
 SUBNET = "10.231.0.0/24"
-AGENT = Path(__file__).with_name("netns_agent.py")
 _IP_TIMEOUT = 20
+_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+_DELAY = re.compile(r"\d+(\.\d+)?(us|ms|s)")
+_BURST_SECONDS = 0.002  # the token bucket holds 2 ms of the rate, at least 256 KiB
+_MIN_BURST = 256 << 10
+# A queue of each kind that why_unavailable tries to add, to see that tc can
+_QDISC_PROBES = {
+    "tbf": ("root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "50ms"),
+    "netem": ("root", "netem", "delay", "1ms"),
+}
 
 
 def host_names(count: int, prefix: str = PREFIX) -> list[str]:
@@ -38,7 +46,7 @@ def host_names(count: int, prefix: str = PREFIX) -> list[str]:
 
 def agent() -> str:
     """Return the remote-shell agent command for ``--prtemca plm_ssh_agent``."""
-    return f"{sys.executable} {AGENT}"
+    return f"{sys.executable} -m ringtrain.bench.netns_agent"
 
 
 def on_host(name: str, command: list[str]) -> list[str]:
@@ -47,24 +55,49 @@ def on_host(name: str, command: list[str]) -> list[str]:
     return ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c", setup, name, *command]
 
 
-def why_unavailable(prefix: str = PREFIX) -> str | None:
-    """Return why namespaces cannot be made here, or None when they can."""
+def parse_rate(text: str) -> int:
+    """Return the bits per second of a ``tc`` rate such as ``1gbit`` or ``200mbit``."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?bit)", text.strip().lower())
+    if not match or float(match[1]) <= 0:
+        raise ValueError(
+            f"link rate {text!r}: expected a positive number and a unit of "
+            f"{', '.join(_RATE_UNITS)} (as tc writes it, e.g. 1gbit or 200mbit)"
+        )
+    return round(float(match[1]) * _RATE_UNITS[match[2]])
+
+
+def check_delay(text: str) -> str:
+    """Return ``text`` if it is a one-way delay ``netem`` takes (``500us``, ``2ms``); else raise."""
+    if not _DELAY.fullmatch(text):
+        raise ValueError(f"link delay {text!r}: expected a number and us, ms or s, e.g. 1ms")
+    return text
+
+
+def why_unavailable(prefix: str = PREFIX, qdiscs: tuple[str, ...] = ()) -> str | None:
+    """Return why namespaces (and ``tc`` with ``qdiscs``) cannot be used here, or None."""
     if os.geteuid() != 0:
         return "making network namespaces needs root"
-    for tool, package in (("ip", "iproute2"), ("unshare", "util-linux")):
+    tools = [("ip", "iproute2"), ("unshare", "util-linux")] + [("tc", "iproute2")] * bool(qdiscs)
+    for tool, package in tools:
         if shutil.which(tool) is None:
             return f"no `{tool}` command; install the {package} package"
     probe = f"{prefix}-probe"
     made = _ip("netns", "add", probe, check=False)
-    _ip("netns", "del", probe, check=False)
-    if made.returncode != 0:
-        return f"cannot make a network namespace here: {made.stderr.strip()}"
+    try:
+        if made.returncode != 0:
+            return f"cannot make a network namespace here: {made.stderr.strip()}"
+        for qdisc in qdiscs:
+            added = _tc(probe, "lo", *_QDISC_PROBES[qdisc], check=False)
+            if added.returncode != 0:
+                return f"cannot add a tc {qdisc} queue here: {added.stderr.strip()}"
+    finally:
+        _ip("netns", "del", probe, check=False)
     return None
 
 
 def up(count: int, prefix: str = PREFIX, subnet: str = SUBNET) -> dict[str, str]:
     """Make a cluster of ``count`` hosts; return each host's name and address."""
-    switch = f"{prefix}-switch"
+    switch = _switch(prefix)
     addresses = list(ipaddress.ip_network(subnet).hosts())[:count]
     length = ipaddress.ip_network(subnet).prefixlen
     _ip("netns", "add", switch)
@@ -73,7 +106,7 @@ def up(count: int, prefix: str = PREFIX, subnet: str = SUBNET) -> dict[str, str]
     _ip("-n", switch, "link", "set", "br0", "up")
     hosts = {}
     for index, (name, address) in enumerate(zip(host_names(count, prefix), addresses, strict=True)):
-        port = f"port{index}"
+        port = _port(index)
         _ip("netns", "add", name)
         _ip("-n", name, "link", "set", "lo", "up")
         _ip(
@@ -86,11 +119,34 @@ def up(count: int, prefix: str = PREFIX, subnet: str = SUBNET) -> dict[str, str]
     return hosts
 
 
+def limit_links(names: list[str], rate: str, delay: str | None = None, prefix: str = PREFIX):
+    """Cap each host's link at ``rate`` both ways; ``delay`` is added to what a host sends.
+
+    A token bucket (``tbf``) shapes the host's ``eth0`` egress and the switch port towards
+    the host (its ingress); ``netem`` adds the delay on the host's side only, so a message
+    between two hosts is delayed once.
+    """
+    burst = str(max(_MIN_BURST, round(parse_rate(rate) / 8 * _BURST_SECONDS)))
+    shape = ("tbf", "rate", rate, "burst", burst, "latency", "50ms")
+    for index, name in enumerate(names):
+        if delay is None:
+            _tc(name, "eth0", "root", "handle", "1:", *shape)
+        else:
+            _tc(name, "eth0", "root", "handle", "1:", "netem", "delay", check_delay(delay))
+            _tc(name, "eth0", "parent", "1:1", "handle", "10:", *shape)
+        _tc(_switch(prefix), _port(index), "root", "handle", "1:", *shape)
+
+
+def unlimit_links(names: list[str], prefix: str = PREFIX) -> None:
+    """Remove the caps of ``limit_links`` from the hosts ``names``; idempotent."""
+    for index, name in enumerate(names):
+        _tc(name, "eth0", "root", check=False, action="del")
+        _tc(_switch(prefix), _port(index), "root", check=False, action="del")
+
+
 def down(prefix: str = PREFIX) -> None:
     """Remove every namespace of the cluster ``prefix`` and what its ranks left; idempotent."""
-    listed = _ip("netns", "list", check=False).stdout.split("\n")
-    names = [line.split()[0] for line in listed if line.startswith(f"{prefix}-")]
-    for name in names:
+    for name in left_behind(prefix):
         pids = _ip("netns", "pids", name, check=False).stdout.split()
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -101,6 +157,12 @@ def down(prefix: str = PREFIX) -> None:
             os.unlink(segment)
     for session in glob.glob(f"/tmp/ompi.{prefix}-*") + glob.glob(f"/tmp/prte.{prefix}-*"):
         shutil.rmtree(session, ignore_errors=True)
+
+
+def left_behind(prefix: str = PREFIX) -> list[str]:
+    """Return the namespaces of the cluster ``prefix`` that exist now."""
+    listed = _ip("netns", "list", check=False).stdout.split("\n")
+    return [line.split()[0] for line in listed if line.startswith(f"{prefix}-")]
 
 
 @contextlib.contextmanager
@@ -138,17 +200,35 @@ def _lock(prefix, wait):
             fcntl.flock(file, fcntl.LOCK_UN)
 
 
+def _switch(prefix):
+    return f"{prefix}-switch"
+
+
+def _port(index):
+    return f"port{index}"
+
+
 def _ip(*args, check=True):
-    done = subprocess.run(
-        ["ip", *args], capture_output=True, text=True, timeout=_IP_TIMEOUT, check=False
+    return _run(["ip", *args], check)
+
+
+def _tc(namespace, device, *args, check=True, action="add"):
+    return _run(
+        ["ip", "netns", "exec", namespace, "tc", "qdisc", action, "dev", device, *args], check
     )
+
+
+def _run(argv, check):
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=_IP_TIMEOUT, check=False)
     if check and done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
+        raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
     return done
 
 
 def _main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ringtrain.bench.netns", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--prefix", default=PREFIX)

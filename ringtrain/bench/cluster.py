@@ -1,0 +1,293 @@
+"""Allreduce across namespace hosts with rate-limited links, against MPI_Allreduce (root).
+
+Makes ``--hosts`` test hosts (``ringtrain.bench.netns``), caps each host's link at ``--rate``
+both ways, measures the raw TCP ceiling with ``iperf3``, and for each ``--ranks-per-host``
+runs ``python -m ringtrain.bench allreduce`` through ``ringtrain-run --hostfile`` once per
+transport that applies: the flat ring, and the hierarchical allreduce where a host runs
+several ranks. The namespaces and every process in them are removed on any exit.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import ringtrain
+from ringtrain.bench import netns
+from ringtrain.bench.ceiling import tcp_ceiling
+
+PREFIX = "rtbench"
+DEFAULT_SIZES = [1 << 20, 4 << 20, 16 << 20]
+_PROG = "python -m ringtrain.bench cluster"
+_ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_GRACE = 5  # seconds a launch has to end after SIGTERM before it is killed
+_PACKAGE_ROOT = str(Path(ringtrain.__file__).resolve().parent.parent)
+
+
+class EndedBySignalError(Exception):
+    """A signal ended the run; the namespaces are removed as the stack unwinds."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"ended by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def add_arguments(parser) -> None:
+    """Declare this benchmark's options on ``parser``."""
+    parser.add_argument("--hosts", type=_checked(_hosts), default=2, help="test hosts (default 2)")
+    parser.add_argument(
+        "--ranks-per-host",
+        type=_checked(_counts),
+        default=[1, 2],
+        help="comma-separated layouts to run, ranks on each host (default 1,2)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=_checked(_rate),
+        default="1gbit",
+        help="each host's link, both ways (default 1gbit)",
+    )
+    parser.add_argument(
+        "--delay",
+        type=_checked(netns.check_delay),
+        help="one-way delay added to what each host sends, e.g. 1ms",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=DEFAULT_SIZES,
+        help="comma-separated buffer sizes in bytes (default 1, 4 and 16 MiB)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=1.0, help="time budget per size and contender"
+    )
+    parser.add_argument(
+        "--bench-args",
+        default="--small-count 20",
+        help="more options for `python -m ringtrain.bench allreduce`, as one string "
+        "(default '--small-count 20')",
+    )
+    parser.add_argument("--mpi-args", default="", help="more options for mpirun, as one string")
+    parser.add_argument(
+        "--iperf-seconds", type=float, default=3.0, help="length of the TCP ceiling measurement"
+    )
+    parser.add_argument(
+        "--launch-timeout",
+        type=float,
+        default=300.0,
+        help="seconds one benchmark launch may take before it is killed (default 300)",
+    )
+    parser.add_argument("--prefix", default=PREFIX, help="name prefix of the namespaces")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+
+
+def run(args) -> int:
+    """Make the cluster, run every layout and transport, print and save the results."""
+    qdiscs = ("tbf", "netem") if args.delay else ("tbf",)
+    reason = netns.why_unavailable(args.prefix, qdiscs)
+    if reason:
+        print(f"{_PROG}: cannot run: {reason}", file=sys.stderr)
+        return 2
+    try:
+        with _signals_raise(), netns.cluster(args.hosts, args.prefix) as hosts:
+            result = _measure(args, hosts)
+    except EndedBySignalError as ended:
+        print(f"{_PROG}: {ended}; the test hosts are removed", file=sys.stderr)
+        return 128 + ended.signum
+    except (RuntimeError, TimeoutError) as error:
+        print(f"{_PROG}: {error}; the test hosts are removed", file=sys.stderr)
+        return 1
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return 0
+
+
+def _measure(args, hosts):
+    names, addresses = list(hosts), list(hosts.values())
+    netns.limit_links(names, args.rate, args.delay, args.prefix)
+    ceiling, note = tcp_ceiling(names[1], addresses[1], names[0], args.iperf_seconds)
+    result = {
+        "hosts": args.hosts,
+        "rate": args.rate,
+        "rate_bits_per_s": netns.parse_rate(args.rate),
+        "delay": args.delay,
+        "tcp_ceiling_bits_per_s": ceiling,
+        "runs": [],
+    }
+    _print_header(result, note)
+    for per_host in args.ranks_per_host:
+        for transport in ("flat", "hierarchical") if per_host > 1 else ("flat",):
+            rows = _launch(args, names, per_host, transport)
+            rows = [_link_fractions(row, result) for row in rows]
+            result["runs"].append(
+                {"ranks_per_host": per_host, "transport": transport, "rows": rows}
+            )
+            _print_run(result, per_host, transport, rows)
+    return result
+
+
+def _launch(args, names, per_host, transport):
+    """Run the allreduce benchmark on ``per_host`` ranks of every host; return its rows."""
+    with tempfile.TemporaryDirectory(prefix="ringtrain-cluster-") as tmp:
+        hostfile = Path(tmp) / "hosts"
+        hostfile.write_text("".join(f"{name} slots={per_host}\n" for name in names))
+        out = Path(tmp) / "rows.json"
+        # Ranks may outnumber cores: a rank waiting in MPI must yield its core.
+        mpi_args = ["--prtemca", "plm_ssh_agent", netns.agent()]
+        mpi_args += ["--mca", "mpi_yield_when_idle", "1", *shlex.split(args.mpi_args)]
+        command = [
+            sys.executable, "-m", "ringtrain.runner", "-np", str(per_host * len(names)),
+            "--hostfile", str(hostfile), "--network-interface", netns.SUBNET,
+            "--mpi-args", shlex.join(mpi_args),
+            sys.executable, "-m", "ringtrain.bench", "allreduce",
+            "--sizes", ",".join(map(str, args.sizes)), "--seconds", f"{args.seconds:g}",
+            "--json", str(out), *shlex.split(args.bench_args),
+        ]  # fmt: skip
+        pythonpath = [_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(pythonpath),
+            # ringtrain-run passes RINGTRAIN_* variables on to every rank.
+            RINGTRAIN_HIERARCHICAL_ALLREDUCE=str(int(transport == "hierarchical")),
+            # Every test host sees all of this machine's cores: ranks binding to their host's
+            # share would pin ranks of different hosts to the same cores, where they starve
+            # each other (a 2 x 2 run took minutes instead of seconds).
+            RINGTRAIN_BIND_CORES="0",
+        )
+        what = f"{len(names)} hosts x {per_host} ranks, {transport}"
+        _run_bounded(netns.on_host(names[0], command), env, args.launch_timeout, what, tmp)
+        return json.loads(out.read_text())
+
+
+def _run_bounded(argv, env, timeout, what, folder):
+    """Run one launch to its end; on a failure, a timeout or a signal end its process tree."""
+    log = Path(folder) / "launch.log"
+    with open(log, "w+") as output:
+        child = subprocess.Popen(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the benchmark on {what} ran past {timeout:g} s") from None
+        finally:
+            _end_group(child)
+        if code != 0:
+            output.seek(0)
+            tail = "".join(output.readlines()[-40:])
+            raise RuntimeError(f"the benchmark on {what} exited {code}; its output ends:\n{tail}")
+
+
+def _end_group(child):
+    """End ``child``'s session: SIGTERM, then SIGKILL after a grace period."""
+    if child.poll() is not None:
+        return
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, how)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(_GRACE)
+            return
+
+
+def _link_fractions(row, result):
+    """Add to a benchmark row its bus bandwidth over the link rate and the TCP ceiling.
+
+    Here bus bandwidth counts what each host's link must carry each way at the least,
+    ``2(h-1)/h`` of the buffer for ``h`` hosts, whatever the ranks per host.
+    """
+    hosts = result["hosts"]
+    bits = row["bytes"] * 8 * 2 * (hosts - 1) / hosts
+    fractions = {"link": result["rate_bits_per_s"], "tcp": result["tcp_ceiling_bits_per_s"]}
+    extra = {}
+    for name, ceiling in fractions.items():
+        for who in ("ringtrain", "mpi"):
+            busbw = bits / (row[f"{who}_us"] * 1e-6)
+            extra[f"{who}_{name}_fraction"] = busbw / ceiling if ceiling else None
+    return {**row, **extra}
+
+
+def _print_header(result, note):
+    delay = f", {result['delay']} one-way delay" if result["delay"] else ""
+    print(f"{result['hosts']} test hosts, each link capped at {result['rate']} both ways{delay}")
+    ceiling = result["tcp_ceiling_bits_per_s"]
+    if ceiling:
+        rate = result["rate_bits_per_s"]
+        print(f"TCP ceiling (iperf3, both ways at once): {ceiling / 1e6:.0f} Mbit/s, "
+              f"{ceiling / rate:.3f} of the rate")  # fmt: skip
+    else:
+        print(note)
+    print("busbw counts 2(h-1)/h of the buffer per host link; ratio = MPI time / ringtrain's\n")
+
+
+def _print_run(result, per_host, transport, rows):
+    tcp = result["tcp_ceiling_bits_per_s"] is not None
+    ranks = per_host * result["hosts"]
+    print(f"{result['hosts']} hosts x {per_host} ranks ({ranks} ranks), ringtrain {transport}")
+    columns = ["case", "bytes", "ringtrain ms", "MPI ms", "rt/link", "MPI/link"]
+    columns += ["rt/TCP", "MPI/TCP"] * tcp + ["ratio"]
+    widths = [18, 10, 12, 9, 8, 8] + [8, 8] * tcp + [6]
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        cells = [row["case"], row["bytes"], f"{row['ringtrain_us'] / 1e3:.2f}"]
+        cells += [f"{row['mpi_us'] / 1e3:.2f}"]
+        names = ["link", "tcp"] if tcp else ["link"]
+        cells += [
+            f"{row[f'{who}_{name}_fraction']:.3f}" for name in names for who in ("ringtrain", "mpi")
+        ]
+        cells += [f"{row['busbw_ratio']:.2f}"]
+        print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)), flush=True)
+    print(flush=True)
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """Turn SIGINT, SIGTERM and SIGHUP into ``EndedBySignalError``: cleanup runs as it unwinds."""
+
+    def end(signum, frame):
+        for each in _ENDING:  # a second signal must not cut the cleanup short
+            signal.signal(each, signal.SIG_IGN)
+        raise EndedBySignalError(signum)
+
+    before = {each: signal.signal(each, end) for each in _ENDING}
+    try:
+        yield
+    finally:
+        for each, handler in before.items():
+            signal.signal(each, handler)
+
+
+def _checked(parse):
+    """Return ``parse`` reporting a ValueError as argparse reports a bad option."""
+
+    def checked(text):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return checked
+
+
+def _hosts(text):
+    if int(text) < 2:
+        raise ValueError(f"{text} hosts: expected at least 2")
+    return int(text)
+
+
+def _counts(text):
+    counts = [int(x) for x in text.split(",")]
+    if min(counts) < 1:
+        raise ValueError(f"ranks per host {text!r}: expected whole numbers of at least 1")
+    return counts
+
+
+def _rate(text):
+    netns.parse_rate(text)
+    return text

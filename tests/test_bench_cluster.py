@@ -1,0 +1,61 @@
+"""The cluster benchmark's options and refusals; its runs are in tests/test_multihost.py."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringtrain.bench import netns
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("text", "bits"),
+    [("1gbit", 10**9), ("10gbit", 10**10), ("200mbit", 2 * 10**8), ("1.5Mbit", 1_500_000)],
+)
+def test_a_link_rate_is_read_as_tc_writes_it(text, bits):
+    assert netns.parse_rate(text) == bits
+
+
+@pytest.mark.parametrize("text", ["1gbps", "fast", "0mbit", "-1gbit", ""])
+def test_a_bad_link_rate_is_refused_by_name(text):
+    with pytest.raises(ValueError, match=f"link rate {text!r}: expected a positive number"):
+        netns.parse_rate(text)
+
+
+def test_a_delay_takes_a_unit_of_time():
+    assert netns.check_delay("500us") == "500us"
+    with pytest.raises(ValueError, match="link delay '2': expected a number and us, ms or s"):
+        netns.check_delay("2")
+
+
+def _cluster(*options, prefix=()):
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    command = [*prefix, sys.executable, "-m", "ringtrain.bench", "cluster", *options]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_bad_options_are_refused_naming_them():
+    done = _cluster("--hosts", "1", "--ranks-per-host", "2,0")
+    assert done.returncode == 2
+    assert "argument --hosts: 1 hosts: expected at least 2" in done.stderr
+
+
+def test_it_refuses_without_root_and_says_so():
+    """Run as an unprivileged user of a user namespace (``unshare --user``): no traceback."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no `unshare` command (util-linux) to run as another user")
+    probe = subprocess.run(["unshare", "--user", "true"], capture_output=True, timeout=20)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a user namespace here: {probe.stderr.decode().strip()}")
+    done = _cluster(prefix=["unshare", "--user"])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "python -m ringtrain.bench cluster: cannot run: making network namespaces needs root"
+    )
