@@ -32,6 +32,12 @@ class Settings:
     collective_timeout: float = 300.0
     cache_capacity: int = 1024
     ring_chunk_bytes: int = 1024 * 1024
+    # The message ring posts receives ahead until they cover this many bytes (at least 4
+    # chunks). MPI's TCP transport starts sending a large message only once the peer's
+    # receive is posted and its answer has crossed back, behind the bytes queued in the other
+    # direction: between two hosts at 1 Gbit/s, 4 MiB ahead moved 0.61 Gbit/s each way and
+    # 16 MiB ahead 0.93-0.95 (docs/benchmarks.md). It is also the scratch each rank keeps.
+    ring_window_bytes: int = 16 * 1024 * 1024
     # Calls of up to this many bytes run through shared memory when every rank is on one
     # host; 0 turns it off. Measured (docs/benchmarks.md): it beats MPI messages up to 12 MiB
     # here; 4 MiB keeps the file (2 regions of this size per rank) within a 64 MiB /dev/shm
@@ -108,6 +114,7 @@ _FIELDS = {
     "collective_timeout": ("COLLECTIVE_TIMEOUT", _parse_number(float, 0.0)),
     "cache_capacity": ("CACHE_CAPACITY", _parse_number(int, 0)),
     "ring_chunk_bytes": ("RING_CHUNK_BYTES", _parse_number(int, 1)),
+    "ring_window_bytes": ("RING_WINDOW_BYTES", _parse_number(int, 0)),
     "shared_memory_bytes": ("SHARED_MEMORY_BYTES", _parse_number(int, 0)),
     "shared_result_bytes": ("SHARED_RESULT_BYTES", _parse_number(int, 0)),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),

@@ -10,6 +10,7 @@ def test_defaults():
     assert s.cycle_time_ms == 1.0 and s.fusion_threshold == 64 * 1024 * 1024
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
     assert s.shared_memory_bytes == 4 * 1024 * 1024
+    assert s.ring_window_bytes == 16 * 1024 * 1024
     assert s.shared_result_bytes == 16 * 1024 * 1024
     assert s.bucket_bytes == 0
     assert s.bind_cores is True
@@ -39,6 +40,7 @@ def test_environment_then_keywords_win():
         ({"RINGTRAIN_SHARED_MEMORY_BYTES": "-5"}, "SHARED_MEMORY_BYTES: expected a number >= 0"),
         ({"RINGTRAIN_SHARED_RESULT_BYTES": "lots"}, "SHARED_RESULT_BYTES: expected an integer"),
         ({"RINGTRAIN_BUCKET_BYTES": "-1"}, "BUCKET_BYTES: expected a number >= 0"),
+        ({"RINGTRAIN_RING_WINDOW_BYTES": "-1"}, "RING_WINDOW_BYTES: expected a number >= 0"),
         ({"RINGTRAIN_BIND_CORES": "2"}, "bad value '2' for RINGTRAIN_BIND_CORES: expected one of"),
     ],
 )

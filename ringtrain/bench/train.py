@@ -14,6 +14,9 @@ hidden-communication fraction:
   ``model.fit``;
 - ``mwms``: ``tf.distribute.MultiWorkerMirroredStrategy``, N workers on localhost.
 
+With ``--hosts H`` (root) the contenders run across H test hosts instead, one rank each,
+with each host's link capped at every rate of ``--rates`` in turn (``bench.train_cluster``).
+
 Every contender runs with TensorFlow's pooling CPU allocator, which ``ringtrain.tensorflow``
 asks for (``ringtrain.tf_allocator``). All but the ``model.fit`` rows run the same custom
 train step, because Keras 3.15's ``model.fit`` fails under a multi-worker strategy (its
@@ -75,12 +78,26 @@ def add_arguments(parser) -> None:
         "(default 0: TensorFlow's choice, one per core)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    parser.add_argument(
+        "--hosts",
+        type=_at_least(0),
+        default=0,
+        help="0 (default): every process on this machine; 2 or more: that many network-"
+        "namespace test hosts, one rank each, links capped at each of --rates (root)",
+    )
+    parser.add_argument(
+        "--rates",
+        default="1gbit,10gbit",
+        help="with --hosts: comma-separated link rates, as tc writes them (default 1gbit,10gbit)",
+    )
+    parser.add_argument("--delay", help="with --hosts: one-way delay each host adds, e.g. 1ms")
     # Used when the benchmark starts itself as a contender's process.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--timeline", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--compression", default="none", help=argparse.SUPPRESS)
 
 
 def _at_least(least):
@@ -99,6 +116,10 @@ def run(args) -> int:
     """Run every contender on every model; print the table."""
     if args.worker:
         return _work(args)
+    if args.hosts:
+        from ringtrain.bench import train_cluster
+
+        return train_cluster.run(args)
     rows = []
     for model in args.models.split(","):
         model = model.strip()
@@ -109,7 +130,7 @@ def run(args) -> int:
             rates = ", ".join(f"{name} {rate:.0f}" for name, rate in rounds[-1]["rates"].items())
             print(f"{model} round {k}/{args.rounds}, samples/s: {rates}", flush=True)
         rows.extend(summarize(model, rounds, args.batch))
-    _print(rows, args.np, args.inter_op_threads, args.rounds)
+    print_rows(rows, args.np, args.inter_op_threads, args.rounds)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
@@ -122,17 +143,17 @@ def run(args) -> int:
 def _measure_round(args, model):
     """Run every contender once; return their results."""
     n = args.np
-    alone = _launch([_self(args, "alone", model)], args.timeout)[0]
-    independent = _launch(_shared(args, "alone", model), args.timeout)
-    rt_cmd = _self(args, "ringtrain", model)
-    ringtrain = _launch([_runner(n, rt_cmd)], args.timeout)[0]
+    alone = launch([worker_command(args, "alone", model)], args.timeout)[0]
+    independent = launch(_shared(args, "alone", model), args.timeout)
+    rt_cmd = worker_command(args, "ringtrain", model)
+    ringtrain = launch([_runner(n, rt_cmd)], args.timeout)[0]
     folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
     try:
         timeline = os.path.join(folder, "timeline-{rank}.json")
-        traced = _launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
+        traced = launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
     finally:
         shutil.rmtree(folder)
-    mwms = _launch(_shared(args, "mwms", model), args.timeout, _mwms_env(n))[0]
+    mwms = launch(_shared(args, "mwms", model), args.timeout, _mwms_env(n))[0]
     # Each contender: the processes that reported for it, and the figure it takes of them.
     reports = {
         "one process": ([alone], "samples_per_sec"),
@@ -205,7 +226,8 @@ def summarize(model, rounds, batch):
     return rows
 
 
-def _self(args, worker, model):
+def worker_command(args, worker, model):
+    """Return the command of one process of contender ``worker`` on ``model``."""
     return [
         sys.executable, "-m", "ringtrain.bench", "train", "--worker", worker, "--model", model,
         "--batch", str(args.batch), "--np", str(args.np), "--steps", str(args.steps),
@@ -219,7 +241,7 @@ def _runner(n, command):
 
 def _shared(args, worker, model):
     """Return the commands of ``args.np`` processes that run at once and share the cores."""
-    command, n = _self(args, worker, model), args.np
+    command, n = worker_command(args, worker, model), args.np
     return [[*command, "--index", str(i), "--processes", str(n)] for i in range(n)]
 
 
@@ -236,7 +258,7 @@ def _mwms_env(n):
     ]
 
 
-def _launch(commands, timeout, envs=None):
+def launch(commands, timeout, envs=None):
     """Start ``commands`` at once; return the result each printed (if it printed one)."""
     base = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     # Every contender gets the CPU allocator that ringtrain.tensorflow asks for.
@@ -268,7 +290,8 @@ def _launch(commands, timeout, envs=None):
     return results
 
 
-def _print(rows, n, inter_op, rounds):
+def print_rows(rows, n, inter_op, rounds):
+    """Print the table of ``rows`` (``summarize``'s) and their CPU per step."""
     inter = f"{inter_op} inter-op" if inter_op else "TensorFlow's default inter-op threads"
     print(f"one intra-op thread and {inter} per rank; samples/sec over all ranks (np={n})")
     if rounds > 1:
@@ -315,14 +338,22 @@ def _work(args) -> int:
 
         hvd.init(timeline=args.timeline)
         n, reporting = hvd.size(), hvd.rank() == 0
+    elif kind == "packed":
+        from mpi4py import MPI
+
+        n, reporting = MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank() == 0
     keras.utils.set_random_seed(0)
-    replicas = n if kind in ("ringtrain", "mwms") else 1
+    replicas = n if kind in ("ringtrain", "mwms", "packed") else 1
     x, y, build = _model_and_data(args.model, args.batch * replicas)
     if strategy is None:
         model, optimizer = build(), keras.optimizers.SGD(0.01)
         if kind == "ringtrain":
-            optimizer = hvd.DistributedOptimizer(optimizer)
-        step = _local_step(model, optimizer, x[: args.batch], y[: args.batch])
+            compression = getattr(hvd.Compression, args.compression)
+            optimizer = hvd.DistributedOptimizer(optimizer, compression=compression)
+        if kind == "packed":
+            step = _packed_step(model, optimizer, x[: args.batch], y[: args.batch])
+        else:
+            step = _local_step(model, optimizer, x[: args.batch], y[: args.batch])
     else:
         with strategy.scope():
             model, optimizer = build(), keras.optimizers.SGD(0.01)
@@ -423,6 +454,43 @@ def _local_step(model, optimizer, x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+    return step
+
+
+def _packed_step(model, optimizer, x, y):
+    """Return a step that reduces its gradients as Horovod 0.28 does on CPU.
+
+    The step's gradients are packed into one buffer, averaged by one ``MPI_Allreduce``
+    once backprop has ended, and unpacked: no overlap with backprop.
+    """
+    import keras
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = tf.constant(x), tf.constant(y)
+    variables = model.trainable_variables
+    sizes = [int(np.prod(v.shape)) for v in variables]
+
+    @tf.function
+    def packed_gradients():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        return tf.concat([tf.reshape(g, [-1]) for g in tape.gradient(loss, variables)], 0)
+
+    @tf.function
+    def apply(packed):
+        parts = tf.split(packed, sizes)
+        shaped = [tf.reshape(p, v.shape) for p, v in zip(parts, variables, strict=True)]
+        optimizer.apply(shaped, variables)
+
+    def step():
+        packed = packed_gradients().numpy()
+        comm.Allreduce(MPI.IN_PLACE, packed, op=MPI.SUM)
+        packed /= comm.Get_size()
+        apply(packed)
 
     return step
 

@@ -25,7 +25,7 @@ _MPI_OPS = {
 class HierarchicalAllreduce:
     """The allreduce of one rank split by host (module docstring); built collectively."""
 
-    def __init__(self, comm: MPI.Comm, topology, chunk_bytes: int, pool, waiter):
+    def __init__(self, comm: MPI.Comm, topology, chunk_bytes: int, window_bytes: int, pool, waiter):
         rank = comm.Get_rank()
         self._local = comm.Split(color=topology.host, key=rank)
         self._local_ranks = topology.local_ranks()
@@ -35,7 +35,7 @@ class HierarchicalAllreduce:
         self._across = None
         if is_leader:
             leaders = sorted(set(topology.hosts))
-            self._across = MessageTransport(cross, chunk_bytes, pool, waiter, leaders)
+            self._across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, leaders)
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.

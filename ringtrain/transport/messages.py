@@ -3,9 +3,12 @@
 Only buffer (uppercase) calls are used: tensor data is never pickled. The ring allreduce
 cuts each segment into chunks; a chunk is forwarded to the right neighbour as soon as it
 has been received and reduced, while the next chunks are still in flight, so sending one
-piece overlaps reducing the previous one. Receives are posted ahead into a few reused
-scratch slots. Allgather, broadcast and alltoall are MPI's own collectives on bytes, and
-Adasum runs its exchange (``ringtrain.transport.adasum``) over the same communicator.
+piece overlaps reducing the previous one. Receives are posted ahead into reused scratch
+slots, as many as cover ``window_bytes`` (at least ``MIN_WINDOW``): MPI's TCP transport
+sends a large message only once its receive is posted and that news has crossed back, so
+the receives posted ahead must cover what the link holds in flight. Allgather, broadcast
+and alltoall are MPI's own collectives on bytes, and Adasum runs its exchange
+(``ringtrain.transport.adasum``) over the same communicator.
 """
 
 import time
@@ -21,7 +24,7 @@ from ringtrain.transport.adasum import adasum
 
 _TAG = 7
 _ADASUM_TAG = 8
-_WINDOW = 4  # receives posted ahead of the one being reduced
+MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
 
 
 class MessageTransport:
@@ -31,11 +34,14 @@ class MessageTransport:
     collective that stops making progress; ``ranks`` maps ``comm``'s ranks to the waiter's.
     """
 
-    def __init__(self, comm: MPI.Comm, chunk_bytes: int, pool: BufferPool, waiter, ranks):
+    def __init__(
+        self, comm: MPI.Comm, chunk_bytes: int, window_bytes: int, pool: BufferPool, waiter, ranks
+    ):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.chunk_bytes = chunk_bytes
+        self.window_bytes = window_bytes
         self._pool = pool
         self._waiter = waiter
         self._ranks = tuple(ranks)
@@ -58,7 +64,8 @@ class MessageTransport:
             for lo, hi in schedule.chunks(*bounds[step.recv], chunk)
         ]
         stride = min(chunk, len(src))
-        scratch = self._pool.get("ring-scratch", _WINDOW * stride, dst.dtype)
+        window = min(max(MIN_WINDOW, -(-self.window_bytes // (chunk * dst.itemsize))), len(recvs))
+        scratch = self._pool.get("ring-scratch", window * stride, dst.dtype)
         comm, right, left = self.comm, self._right, self._left
         # Sends whose source region a later allgather receive overwrites must finish before
         # that receive is posted: reduce-scatter forwards, and the first sends when the data
@@ -78,10 +85,10 @@ class MessageTransport:
 
         def post_ahead():
             nonlocal next_recv, hazard_sends
-            while next_recv < len(recvs) and len(posted) < _WINDOW:
+            while next_recv < len(recvs) and len(posted) < window:
                 t, lo, hi = recvs[next_recv]
                 if steps[t].reduce:
-                    slot = (next_recv % _WINDOW) * stride
+                    slot = (next_recv % window) * stride
                     target = scratch[slot : slot + hi - lo]
                 else:
                     if hazard_sends:

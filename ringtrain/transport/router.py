@@ -39,8 +39,8 @@ class Transport:
     """Every collective of one rank over a duplicate of ``comm``; see the module docstring.
 
     Built collectively over ``comm``, whose ``topology`` it is. How calls run must match on
-    every rank, so rank 0's ``settings`` (ring chunk, shared-memory sizes, hierarchical, the
-    collective timeout) win. ``pool`` holds the scratch buffers.
+    every rank, so rank 0's ``settings`` (ring chunk and window, shared-memory sizes,
+    hierarchical, the collective timeout) win. ``pool`` holds the scratch buffers.
     """
 
     def __init__(self, comm: MPI.Comm, topology, settings, pool: BufferPool):
@@ -50,9 +50,10 @@ class Transport:
         hierarchical = hierarchical_wanted(
             settings.hierarchical_allreduce, topology.host_count, topology.most_per_host
         )
-        self.chunk_bytes, shared_bytes, result_bytes, hierarchical, timeout = comm.bcast(
+        chunk, window, shared_bytes, result_bytes, hierarchical, timeout = comm.bcast(
             (
                 settings.ring_chunk_bytes,
+                settings.ring_window_bytes,
                 settings.shared_memory_bytes,
                 settings.shared_result_bytes,
                 hierarchical,
@@ -60,15 +61,16 @@ class Transport:
             ),
             root=0,
         )
+        self.chunk_bytes = chunk
         self.waiter = Waiter(timeout, topology)
         everyone = range(self.size)
-        self.messages = MessageTransport(comm, self.chunk_bytes, pool, self.waiter, everyone)
+        self.messages = MessageTransport(comm, chunk, window, pool, self.waiter, everyone)
         self.hierarchical = None
         self.shared = None
         self.attach = None
         if hierarchical:
             self.hierarchical = HierarchicalAllreduce(
-                comm, topology, self.chunk_bytes, pool, self.waiter
+                comm, topology, chunk, window, pool, self.waiter
             )
         elif shared_bytes > 0 and self.size > 1 and topology.one_host:
             regions = SharedRegions(comm, shared_bytes, result_bytes)
