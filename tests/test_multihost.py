@@ -21,6 +21,7 @@ import bounded
 import pytest
 from mpi_launch import launch
 
+from ringtrain.bench import cluster as cluster_bench
 from ringtrain.bench import netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "elastic"))
@@ -54,18 +55,14 @@ def cluster(tmp_path_factory):
         yield list(hosts), hostfile
 
 
-_MPI_ARGS = [
-    *("--prtemca", "plm_ssh_agent", netns.agent()),
-    # the test hosts share this machine's cores: ranks waiting in MPI must yield them
-    *("--mca", "mpi_yield_when_idle", "1"),
-]
-
-
 def _repo_env():
-    """Return this environment with the repository first on PYTHONPATH."""
-    return dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    """Return this environment with what ranks on the test hosts need (``cluster.rank_env``).
+
+    The repository comes first on PYTHONPATH, and ranks do not bind to their host's cores.
+    """
+    env = dict(os.environ, **cluster_bench.rank_env())
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
+    return env
 
 
 def _launch(cluster, *command, options=(), settings=None, where=None, timeout=120):
@@ -73,7 +70,7 @@ def _launch(cluster, *command, options=(), settings=None, where=None, timeout=12
     where = where or ["-np", str(sum(SLOTS)), "--hostfile", str(hostfile), "--start-timeout", "60"]
     runner = [
         sys.executable, "-m", "ringtrain.runner", *where,
-        "--network-interface", netns.SUBNET, "--mpi-args", shlex.join(_MPI_ARGS),
+        "--network-interface", netns.SUBNET, "--mpi-args", shlex.join(cluster_bench.mpi_args()),
         *options, sys.executable, *command,
     ]  # fmt: skip
     env = _repo_env()
@@ -286,8 +283,6 @@ def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, 
             layout,
             settings={
                 "RINGTRAIN_HIERARCHICAL_ALLREDUCE": hierarchical,
-                # the hosts share this machine's cores: ranks of two hosts must not pin to one
-                "RINGTRAIN_BIND_CORES": "0",
                 "PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)]),
             },
         )

@@ -95,7 +95,7 @@ def run(args) -> int:
         print(f"{_PROG}: cannot run: {reason}", file=sys.stderr)
         return 2
     try:
-        with _signals_raise(), netns.cluster(args.hosts, args.prefix) as hosts:
+        with signals_raise(), netns.cluster(args.hosts, args.prefix) as hosts:
             result = _measure(args, hosts)
     except EndedBySignalError as ended:
         print(f"{_PROG}: {ended}; the test hosts are removed", file=sys.stderr)
@@ -138,31 +138,45 @@ def _launch(args, names, per_host, transport):
         hostfile = Path(tmp) / "hosts"
         hostfile.write_text("".join(f"{name} slots={per_host}\n" for name in names))
         out = Path(tmp) / "rows.json"
-        # Ranks may outnumber cores: a rank waiting in MPI must yield its core.
-        mpi_args = ["--prtemca", "plm_ssh_agent", netns.agent()]
-        mpi_args += ["--mca", "mpi_yield_when_idle", "1", *shlex.split(args.mpi_args)]
         command = [
             sys.executable, "-m", "ringtrain.runner", "-np", str(per_host * len(names)),
             "--hostfile", str(hostfile), "--network-interface", netns.SUBNET,
-            "--mpi-args", shlex.join(mpi_args),
+            "--mpi-args", shlex.join(mpi_args(args.mpi_args)),
             sys.executable, "-m", "ringtrain.bench", "allreduce",
             "--sizes", ",".join(map(str, args.sizes)), "--seconds", f"{args.seconds:g}",
             "--json", str(out), *shlex.split(args.bench_args),
         ]  # fmt: skip
-        pythonpath = [_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
         env = dict(
             os.environ,
-            PYTHONPATH=os.pathsep.join(pythonpath),
+            **rank_env(),
             # ringtrain-run passes RINGTRAIN_* variables on to every rank.
             RINGTRAIN_HIERARCHICAL_ALLREDUCE=str(int(transport == "hierarchical")),
-            # Every test host sees all of this machine's cores: ranks binding to their host's
-            # share would pin ranks of different hosts to the same cores, where they starve
-            # each other (a 2 x 2 run took minutes instead of seconds).
-            RINGTRAIN_BIND_CORES="0",
         )
         what = f"{len(names)} hosts x {per_host} ranks, {transport}"
         _run_bounded(netns.on_host(names[0], command), env, args.launch_timeout, what, tmp)
         return json.loads(out.read_text())
+
+
+def mpi_args(extra: str = "") -> list[str]:
+    """Return ``ringtrain-run --mpi-args``'s words for a launch on the test hosts.
+
+    Open MPI reaches the hosts through the namespace agent instead of ssh, and ranks, which
+    may outnumber the cores, yield their core while they wait in MPI; ``extra`` is added.
+    """
+    words = ["--prtemca", "plm_ssh_agent", netns.agent(), "--mca", "mpi_yield_when_idle", "1"]
+    return words + shlex.split(extra)
+
+
+def rank_env() -> dict[str, str]:
+    """Return the environment that a launch on the test hosts adds for its ranks.
+
+    Every test host sees all of this machine's cores: ranks binding to their host's share
+    would pin ranks of different hosts to the same cores, where they starve each other (a
+    2 x 2 run took minutes instead of seconds). ``ringtrain-run`` passes ``RINGTRAIN_*``
+    variables on to every rank.
+    """
+    pythonpath = [_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(pythonpath), "RINGTRAIN_BIND_CORES": "0"}
 
 
 def _run_bounded(argv, env, timeout, what, folder):
@@ -247,7 +261,7 @@ def _print_run(result, per_host, transport, rows):
 
 
 @contextlib.contextmanager
-def _signals_raise():
+def signals_raise():
     """Turn SIGINT, SIGTERM and SIGHUP into ``EndedBySignalError``: cleanup runs as it unwinds."""
 
     def end(signum, frame):
