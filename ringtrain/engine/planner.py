@@ -39,6 +39,7 @@ class Reduction(typing.NamedTuple):
 
     Average becomes Sum: a float Average divides through ``postscale``, an integer one
     floor-divides its results by ``contributors`` afterwards (``floor_divide``).
+    ``compression``: the 16-bit dtype that partial sums cross the link in, or None.
     """
 
     op: ReduceOp
@@ -46,6 +47,7 @@ class Reduction(typing.NamedTuple):
     postscale: float
     contributors: int
     floor_divide: bool
+    compression: np.dtype | None = None
 
 
 def reduction(meta, contributors: int) -> Reduction:
@@ -59,7 +61,8 @@ def reduction(meta, contributors: int) -> Reduction:
             floor_divide = True
         else:
             postscale = postscale / contributors
-    return Reduction(op, meta.prescale, postscale, contributors, floor_divide)
+    wire = by_name(meta.compression) if meta.compression else None
+    return Reduction(op, meta.prescale, postscale, contributors, floor_divide, wire)
 
 
 class Member(typing.NamedTuple):

@@ -209,6 +209,20 @@ def _reduce_with(dst, a, b, op, scale):
             dst[i] = _scaled(_combine(op, a[i], b[i]), scale)
 
 
+@njit
+def _reduce_to_f16(wire, a, b, op, scale):
+    """Set float16 bits ``wire[i]`` to ``op(a[i], b[i]) * scale``, ``b`` float16 bits."""
+    for i in range(wire.size):
+        wire[i] = _f32_to_f16(_scaled(_combine(op, a[i], _f16_to_f32(b[i])), scale))
+
+
+@njit
+def _reduce_to_bf16(wire, a, b, op, scale):
+    """Set bfloat16 bits ``wire[i]`` to ``op(a[i], b[i]) * scale``, ``b`` bfloat16 bits."""
+    for i in range(wire.size):
+        wire[i] = _f32_to_bf16(_scaled(_combine(op, a[i], _bf16_to_f32(b[i])), scale))
+
+
 # The C library's memcpy, called by name: numba's own slice copy runs at half its speed.
 _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 
@@ -224,6 +238,7 @@ def copy_elements(dst, src):
 
 _PACK = {kernels._COPY: _pack_copy, kernels._F16: _pack_f16, kernels._BF16: _pack_bf16}
 _UNPACK = {kernels._COPY: _unpack_copy, kernels._F16: _unpack_f16, kernels._BF16: _unpack_bf16}
+_REDUCE_TO_WIRE = {kernels._F16: _reduce_to_f16, kernels._BF16: _reduce_to_bf16}
 
 
 def pack(sources, buffer, offsets, scale=1.0):
@@ -246,6 +261,12 @@ def reduce(dst, a, b, op, scale=1.0):
     """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` itself."""
     op, scale = kernels.reduction_args(dst, a, b, op, scale)
     reduce_elements(dst, a, b, op, scale)
+
+
+def reduce_to_wire(wire, a, b, op, scale=1.0):
+    """Set 16-bit ``wire[:]`` to float32 ``op(a, b) * scale`` rounded; ``b`` is 16-bit too."""
+    kind, op, scale = kernels.wire_reduction_args(wire, a, b, op, scale)
+    _REDUCE_TO_WIRE[kind](wire.view(np.uint16), a, b.view(np.uint16), op, scale)
 
 
 def empty(shape, dtype):

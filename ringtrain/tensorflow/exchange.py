@@ -25,7 +25,7 @@ from ringtrain.dtypes import SUPPORTED
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
-from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.compression import Compression, for_engine
 from ringtrain.tensorflow.errors import MismatchError
 from ringtrain.tensorflow.local_sources import LocalSources
 
@@ -68,7 +68,7 @@ def site_name(base, process_set):
     return compat.site_name(base if process_set_id == 0 else f"{base}.set{process_set_id}")
 
 
-def _reducer(op, prescale, postscale, read_only, process_set):
+def _reducer(op, prescale, postscale, read_only, process_set, compression=None):
     def start(name):
         return functools.partial(
             api.allreduce_async,
@@ -78,6 +78,7 @@ def _reducer(op, prescale, postscale, read_only, process_set):
             postscale_factor=postscale,
             read_only=read_only,
             process_set=process_set,
+            compression=compression,
         )
 
     return start
@@ -92,7 +93,7 @@ def _gatherer(process_set):
 
 def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set):
     wire, ctx = compression.compress(tf.convert_to_tensor(grad))
-    start = _reducer(op, prescale, postscale, shared, process_set)
+    start = _reducer(op, prescale, postscale, shared, process_set, for_engine(compression))
     part = _Part("", wire, start, wire.shape, reduces=True)
     return _Plan(_DENSE, [part], lambda results: compression.decompress(results[0], ctx))
 
