@@ -57,6 +57,12 @@ def _f32_to_f16(x):
     bits = np.float32(x).view(np.uint32)
     sign = (bits >> 16) & 0x8000
     magnitude = bits & 0x7FFFFFFF
+    if 0x38800000 <= magnitude < 0x477FF000:  # normal float16, the common case
+        # Rebias the exponent and drop 13 mantissa bits, adding just under half of the last
+        # kept bit, plus one where that bit is odd: ties go to even; a carry into the
+        # exponent is still the right float16.
+        value = magnitude - 0x38000000
+        return np.uint16(sign | ((value + 0xFFF + ((value >> 13) & 1)) >> 13))
     if magnitude > 0x7F800000:  # NaN: keep the payload's top bits, never turning it into inf
         payload = (magnitude & 0x7FFFFF) >> 13
         return np.uint16(sign | 0x7C00 | (payload if payload != 0 else 1))
@@ -64,12 +70,9 @@ def _f32_to_f16(x):
         return np.uint16(sign | 0x7C00)
     if magnitude <= 0x33000000:  # at most 2**-25, half the least subnormal: zero
         return np.uint16(sign)
-    if magnitude >= 0x38800000:  # normal float16: rebias the exponent, drop 13 mantissa bits
-        value = magnitude - 0x38000000
-        shift = 13
-    else:  # subnormal float16: the mantissa with its hidden bit, in units of 2**-24
-        value = (magnitude & 0x7FFFFF) | 0x800000
-        shift = 126 - (magnitude >> 23)
+    # Subnormal float16: the mantissa with its hidden bit, in units of 2**-24.
+    value = (magnitude & 0x7FFFFF) | 0x800000
+    shift = 126 - (magnitude >> 23)
     half = 1 << (shift - 1)
     rounded = value >> shift
     rest = value & ((half << 1) - 1)
