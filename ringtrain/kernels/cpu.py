@@ -39,46 +39,43 @@ def njit(fn):
 @njit
 def _f16_to_f32(h):
     """Return the float32 equal to the float16 with bits ``h`` (NaN payloads kept, as NumPy)."""
+    # Every case is computed and one selected, without branches, so that loops vectorize.
     bits = np.uint32(h)
     sign = (bits & 0x8000) << 16
     exponent = (bits >> 10) & 0x1F
     mantissa = bits & 0x3FF
-    if exponent == 0x1F:
-        return np.uint32(sign | 0x7F800000 | (mantissa << 13)).view(np.float32)
-    if exponent != 0:
-        return np.uint32(sign | ((exponent + 112) << 23) | (mantissa << 13)).view(np.float32)
-    magnitude = np.float32(mantissa) * _TWO_POW_M24  # zero or subnormal, exact
-    return -magnitude if sign else magnitude
+    normal = ((exponent + 112) << 23) | (mantissa << 13)
+    special = 0x7F800000 | (mantissa << 13)  # infinity or NaN
+    small = np.float32(np.float32(mantissa) * _TWO_POW_M24).view(np.uint32)  # zero, subnormal
+    magnitude = special if exponent == 0x1F else normal
+    magnitude = small if exponent == 0 else magnitude
+    return np.uint32(sign | magnitude).view(np.float32)
 
 
 @njit
 def _f32_to_f16(x):
     """Return the bits of float32 ``x`` rounded to float16, ties to even, NaN kept as NumPy does."""
+    # Every case is computed and one selected, without branches, so that loops vectorize.
+    # Rounding drops the low bits after adding just under half of the last kept bit, plus
+    # one where that bit is odd: ties go to even, and a carry into the exponent is still
+    # the right float16.
     bits = np.float32(x).view(np.uint32)
     sign = (bits >> 16) & 0x8000
     magnitude = bits & 0x7FFFFFFF
-    if 0x38800000 <= magnitude < 0x477FF000:  # normal float16, the common case
-        # Rebias the exponent and drop 13 mantissa bits, adding just under half of the last
-        # kept bit, plus one where that bit is odd: ties go to even; a carry into the
-        # exponent is still the right float16.
-        value = magnitude - 0x38000000
-        return np.uint16(sign | ((value + 0xFFF + ((value >> 13) & 1)) >> 13))
-    if magnitude > 0x7F800000:  # NaN: keep the payload's top bits, never turning it into inf
-        payload = (magnitude & 0x7FFFFF) >> 13
-        return np.uint16(sign | 0x7C00 | (payload if payload != 0 else 1))
-    if magnitude >= 0x477FF000:  # at least halfway past 65504: infinity
-        return np.uint16(sign | 0x7C00)
-    if magnitude <= 0x33000000:  # at most 2**-25, half the least subnormal: zero
-        return np.uint16(sign)
-    # Subnormal float16: the mantissa with its hidden bit, in units of 2**-24.
-    value = (magnitude & 0x7FFFFF) | 0x800000
-    shift = 126 - (magnitude >> 23)
-    half = 1 << (shift - 1)
-    rounded = value >> shift
-    rest = value & ((half << 1) - 1)
-    if rest > half or (rest == half and (rounded & 1) != 0):
-        rounded += 1  # a carry into the exponent is still the right float16
-    return np.uint16(sign | rounded)
+    # (Intermediates stay non-negative: the CUDA simulator computes in uint32.)
+    rebiased = max(magnitude, 0x38000000) - 0x38000000  # normal float16: drop 13 bits
+    normal = (rebiased + 0xFFF + ((rebiased >> 13) & 1)) >> 13
+    # A subnormal float16: the mantissa with its hidden bit, in units of 2**-24.
+    shift = 126 - min(max(magnitude >> 23, 95), 125)
+    hidden = (magnitude & 0x7FFFFF) | 0x800000
+    small = (hidden + ((1 << (shift - 1)) - 1) + ((hidden >> shift) & 1)) >> shift
+    payload = (magnitude & 0x7FFFFF) >> 13  # a NaN keeps its payload's top bits, never inf
+    nan = 0x7C00 | (payload if payload != 0 else 1)
+    result = normal if magnitude >= 0x38800000 else small
+    result = 0 if magnitude <= 0x33000000 else result  # at most 2**-25: zero
+    result = 0x7C00 if magnitude >= 0x477FF000 else result  # halfway past 65504: infinity
+    result = nan if magnitude > 0x7F800000 else result
+    return np.uint16(sign | result)
 
 
 @njit
