@@ -40,3 +40,8 @@ def test_compressed_allreduce_matches_the_simulated_16_bit_ring_bit_for_bit(np):
     # 256-byte chunks: 128 16-bit values each, so tensors cross in many chunks.
     env = {"RINGTRAIN_RING_CHUNK_BYTES": "256"}
     check("check_wire16.py", np, env=env, timeout=420)
+
+
+@pytest.mark.parametrize("np", [2, 3, 4])
+def test_the_hierarchical_ring_across_hosts_sends_16_bit_values(np):
+    check("check_wire16_hosts.py", np, timeout=240)
