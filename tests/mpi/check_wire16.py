@@ -142,6 +142,22 @@ def check_bound(name):
             assert error.max() > 2.0**-20 * np.abs(exact * postscale).max(), "no rounding seen"
 
 
+def check_join(name):
+    """While the last rank has joined, the others' compressed calls count it as zeros."""
+    r, n = ringtrain.rank(), ringtrain.size()
+    strategy = getattr(ringtrain.Compression, name)
+    data = everyone((1001,), np.float32, 90)
+    joined = [*data[:-1], np.zeros_like(data[-1])]
+    if r == n - 1:
+        ringtrain.join()
+        return
+    for op, postscale in ((ringtrain.Sum, 1.0), (ringtrain.Average, 1.0 / max(n - 1, 1))):
+        what = f"{name} {op.name} with rank {n - 1} joined"
+        got = ringtrain.allreduce(data[r], op=op, name=what, compression=strategy)
+        assert_bits(got, simulate(joined, ringtrain.Sum, postscale, WIRES[name])[r], what)
+    ringtrain.join()
+
+
 def check_mismatch():
     """Ranks that disagree on the compression get a mismatch error naming both."""
     r, n = ringtrain.rank(), ringtrain.size()
@@ -173,6 +189,7 @@ def body():
         check_grouped(name, direct_bytes)
         check_other_dtypes(name)
         check_bound(name)
+        check_join(name)
     check_mismatch()
     ringtrain.shutdown()
 
