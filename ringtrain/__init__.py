@@ -41,6 +41,7 @@ from ringtrain.api import (
     synchronize,
 )
 from ringtrain.capabilities import *  # noqa: F403 - Horovod's build checks, all of them
+from ringtrain.compression import Compression
 from ringtrain.errors import (
     CollectiveTimeoutError,
     DuplicateNameError,
@@ -57,6 +58,7 @@ __all__ = [
     "Adasum",
     "Average",
     "CollectiveTimeoutError",
+    "Compression",
     "DuplicateNameError",
     "EngineStoppedError",
     "Max",

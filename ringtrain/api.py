@@ -17,7 +17,8 @@ import numpy as np
 
 from ringtrain import call_site, runtime
 from ringtrain import settings as settings_module
-from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of
+from ringtrain.compression import wire_dtype
+from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of, reduction_dtype
 from ringtrain.engine import messages
 from ringtrain.engine.handle import GroupHandle, Handle
 from ringtrain.engine.turns import BlockingCalls
@@ -28,6 +29,7 @@ from ringtrain.topology import Topology
 from ringtrain.transport.schedule import segment_bounds
 
 _SUPPORTED = frozenset(SUPPORTED)
+_FLOAT32 = np.dtype(np.float32)
 _calls = BlockingCalls()  # per thread (a threading.local): its blocking call in progress
 
 
@@ -285,6 +287,7 @@ def allreduce_async(
     out=None,
     read_only=False,
     process_set=None,
+    compression=None,
 ) -> Handle:
     """Start reducing ``tensor`` over all ranks (default op Average); return a handle.
 
@@ -292,6 +295,10 @@ def allreduce_async(
     sum. ``out`` (same shape and dtype) receives the result instead of a new array. With
     ``read_only=True`` the result may be a read-only array in shared memory that every rank
     of the host reads (one copy fewer); for callers that never write to results.
+    ``compression``: ``Compression.fp16`` or ``Compression.bf16`` send the partial sums of a
+    float32 reduction (float32, float16 and bfloat16 tensors) over the links as 16-bit
+    values, half the bytes, rounding once per hop; other dtypes and Adasum pass through
+    uncompressed. Every rank must give the same compression (docs/api.md).
     """
     engine = _engine_for(process_set)
     array = _input(tensor, "allreduce", allow_device=True)
@@ -304,12 +311,22 @@ def allreduce_async(
         prescale_factor,
         postscale_factor,
         process_set=process_set,
+        compression=compression,
     )
     return _submit(engine, meta, array, _check_out(out, array), bool(read_only))
 
 
 def _allreduce_meta(
-    name, array, shape, op, average, prescale, postscale, group=None, process_set=None
+    name,
+    array,
+    shape,
+    op,
+    average,
+    prescale,
+    postscale,
+    group=None,
+    process_set=None,
+    compression=None,
 ):
     op = resolve_op(op, average)
     dtype = np.dtype(array.dtype)
@@ -326,7 +343,26 @@ def _allreduce_meta(
         prescale=_scale(prescale, "prescale_factor", dtype),
         postscale=_scale(postscale, "postscale_factor", dtype),
         group=group,
+        compression=_wire(compression, dtype, op),
     )
+
+
+def _wire(compression, dtype, op) -> str | None:
+    """Return the 16-bit dtype an allreduce sends (``compression``), or None: uncompressed.
+
+    Only float32 reductions are compressed, and not Adasum: the rest pass through.
+    """
+    if compression is None:
+        return None
+    if not hasattr(compression, "wire_dtype"):
+        raise TypeError(
+            "compression must be ringtrain.Compression.none, .fp16 or .bf16 (a strategy with "
+            f"a wire_dtype), got {compression!r}"
+        )
+    wire = wire_dtype(compression)
+    if wire is None or op == ReduceOp.Adasum or reduction_dtype(dtype) != _FLOAT32:
+        return None
+    return wire
 
 
 def _check_adasum(dtype, on_device, ranks):
@@ -348,6 +384,7 @@ def allreduce(
     out=None,
     read_only=False,
     process_set=None,
+    compression=None,
 ):
     """Reduce ``tensor`` over all ranks and return the result (see ``allreduce_async``)."""
     return _blocking(
@@ -361,6 +398,7 @@ def allreduce(
         out,
         read_only,
         process_set,
+        compression,
     )
 
 
@@ -372,11 +410,13 @@ def grouped_allreduce_async(
     prescale_factor=1.0,
     postscale_factor=1.0,
     process_set=None,
+    compression=None,
 ) -> Handle:
     """Start reducing ``tensors`` (one dtype) together as one unit; return one handle.
 
     The group is negotiated and fused as a whole, so it costs the engine one submission, not
     one per tensor. ``synchronize`` on the handle returns the list of results, in order.
+    ``compression`` as in ``allreduce_async``.
     """
     engine = _engine_for(process_set)
     arrays = [_input(t, "grouped_allreduce", allow_device=True) for t in tensors]
@@ -403,6 +443,7 @@ def grouped_allreduce_async(
         postscale_factor,
         group=shapes,
         process_set=process_set,
+        compression=compression,
     )
     return _submit(engine, meta, arrays)
 
@@ -415,6 +456,7 @@ def grouped_allreduce(
     prescale_factor=1.0,
     postscale_factor=1.0,
     process_set=None,
+    compression=None,
 ) -> list:
     """Reduce ``tensors`` as one group and return the results in order."""
     return _blocking(
@@ -426,6 +468,7 @@ def grouped_allreduce(
         prescale_factor,
         postscale_factor,
         process_set,
+        compression,
     )
 
 

@@ -32,6 +32,24 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
     assert "ratio" in done.stdout and "65536" in done.stdout
 
 
+def test_allreduce_benchmark_adds_a_row_per_size_with_16_bit_values_on_the_wire(tmp_path):
+    out = tmp_path / "rows.json"
+    command = [
+        find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none",
+        sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", "4096,65536",
+        "--seconds", "0.05", "--small-count", "2", "--compression", "bf16", "--json", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done, _ = launch(command, 120, env=env)
+    assert done.returncode == 0, done.stderr
+    cases = [(r["case"], r["bytes"]) for r in json.loads(out.read_text())]
+    assert cases[:6] == [
+        ("single", 4096), ("single, read-only", 4096), ("single, bf16", 4096),
+        ("single", 65536), ("single, read-only", 65536), ("single, bf16", 65536),
+    ]  # fmt: skip
+    assert "single, bf16" in done.stdout
+
+
 def test_kernel_benchmark_reports_each_kernel_against_a_copy():
     done = subprocess.run(
         [sys.executable, "-m", "ringtrain.bench", "kernels", "--mib", "1", "--repeats", "2"],

@@ -189,6 +189,46 @@ def test_float32_to_float16_matches_numpy():
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+def test_reduce_to_wire_rounds_like_numpy_and_ml_dtypes(dtype):
+    # Max with -inf leaves every pattern as it is (no arithmetic: NaNs keep their bits), so
+    # the kernel's rounding meets every probe: ties to even, carries, overflow, subnormals.
+    values = float32_patterns()
+    wire = np.zeros(values.size, dtype)
+    cpu.reduce_to_wire(wire, values, np.full(values.size, -np.inf, dtype), ReduceOp.Max)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_bits(wire, values.astype(dtype), nan_bits=dtype == BF16)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("op", KERNEL_OPS, ids=lambda op: op.name)
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+@pytest.mark.parametrize("n", [0, 1, 7, 100003])
+def test_reduce_to_wire_matches_numpy_in_float32_then_rounded(dtype, op, scale, n):
+    rng = np.random.default_rng([n, int(op)])
+    a = random_array(F32, (n,), rng)
+    b = random_array(F32, (n,), rng).astype(dtype)
+    wire = np.full(n, 7, dtype)
+    cpu.reduce_to_wire(wire, a, b, op, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = (NUMPY_OPS[op](a, b.astype(F32)) * np.float32(scale)).astype(dtype)
+    assert_bits(wire, want, nan_bits=False)
+
+
+def test_reduce_to_wire_rejects_bad_operands():
+    a, half = np.zeros(4, F32), np.zeros(4, F16)
+    with pytest.raises(ValueError, match="lengths differ: wire 3, a 4, b 4"):
+        cpu.reduce_to_wire(half[:3], a, half, ReduceOp.Sum)
+    with pytest.raises(TypeError, match="got a float64, wire float16, b float16"):
+        cpu.reduce_to_wire(half, a.astype(np.float64), half, ReduceOp.Sum)
+    with pytest.raises(TypeError, match="wire float16, b bfloat16"):
+        cpu.reduce_to_wire(half, a, half.astype(BF16), ReduceOp.Sum)
+    with pytest.raises(TypeError, match="wire float32, b float32"):
+        cpu.reduce_to_wire(a, a, a, ReduceOp.Sum)
+    with pytest.raises(ValueError, match="not Average"):
+        cpu.reduce_to_wire(half, a, half, ReduceOp.Average)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
 def test_every_16_bit_pattern_widens_exactly(dtype):
     patterns = np.arange(2**16, dtype=np.uint16).view(dtype)
     buffer = np.zeros(patterns.size, F32)

@@ -151,6 +151,21 @@ def test_reduce_agrees_with_cpu(gpu, dtype, op):
 
 
 @simulated
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), dtypes.bfloat16], ids=str)
+@pytest.mark.parametrize("op", [ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max, ReduceOp.Product])
+def test_reduce_to_wire_agrees_with_cpu(gpu, dtype, op):
+    rng = np.random.default_rng(9)
+    a, b = sample(F32, (300,), rng), sample(F32, (300,), rng).astype(dtype)
+    a[: len(PROBES)] = np.array(PROBES, np.uint32).view(np.float32)
+    for scale in (1.0, 0.375):
+        wanted = np.zeros(a.size, dtype)
+        cpu().reduce_to_wire(wanted, a, b, op, scale)
+        wire = on_device(np.zeros(a.size, dtype))
+        gpu.reduce_to_wire(wire, on_device(a), on_device(b), op, scale)
+        np.testing.assert_array_equal(bits(wire.copy_to_host()), bits(wanted))
+
+
+@simulated
 def test_backend_for_gpu_arrays(gpu):
     class CudaArrayLike:
         __cuda_array_interface__ = {}

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ringtrain"
 # Units (top-level modules and packages of ringtrain), lowest layer first. A unit may import
 # from its own layer and those below it, never from a layer above.
 LAYERS = [
-    {"contract", "errors", "ops", "dtypes", "buffers"},
+    {"contract", "errors", "ops", "dtypes", "buffers", "compression"},
     {"settings", "topology", "affinity", "kernels", "tf_allocator"},
     {"transport"},
     {"engine"},

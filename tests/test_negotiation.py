@@ -90,6 +90,13 @@ def test_fusion_respects_threshold_and_key():
     assert [[m.name for m in f] for f in fusion.plan(metas, threshold=0)] == [[n] for n in "abcdef"]
 
 
+def test_tensors_fuse_only_with_the_same_wire_compression():
+    metas = [_ar("a"), _ar("b", compression="float16"), _ar("c"), _ar("d", compression="float16")]
+    metas.append(_ar("e", compression="bfloat16"))
+    plan = fusion.plan(metas, threshold=1 << 20)
+    assert [[m.name for m in f] for f in plan] == [["a", "c"], ["b", "d"], ["e"]]
+
+
 def test_float16_counts_as_float32_in_the_buffer():
     assert fusion.nbytes_in_buffer(_ar("h", shape=(10,), dtype="float16")) == 40
     assert fusion.nbytes_in_buffer(_ar("b", shape=(3, 2), dtype="bfloat16")) == 24
@@ -103,6 +110,7 @@ def test_float16_counts_as_float32_in_the_buffer():
         ("op", {"op": 4}, "rank 0: Sum, rank 1: Max"),
         ("prescale", {"prescale": 2.0}, "rank 0: 1.0, rank 1: 2.0"),
         ("postscale", {"postscale": 0.5}, "rank 0: 1.0, rank 1: 0.5"),
+        ("compression", {"compression": "float16"}, "rank 0: none (float32), rank 1: float16"),
     ],
 )
 def test_mismatch_names_tensor_field_and_values(field, other, shown):

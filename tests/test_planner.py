@@ -126,7 +126,16 @@ def test_identity_leaves_the_op_unchanged(op, dtype, fill):
 def test_integer_average_divides_afterwards_and_keeps_its_postscale():
     meta = _meta("a", (2,), "int32", op=ReduceOp.Average, postscale=3.0)
     got = reduction(meta, 5)
-    assert got == (ReduceOp.Sum, 1.0, 3.0, 5, True)
+    assert got == (ReduceOp.Sum, 1.0, 3.0, 5, True, None)
+
+
+@pytest.mark.parametrize("wire", ["float16", "bfloat16"])
+def test_a_compressed_tensor_carries_its_wire_dtype_and_still_goes_in_place(wire):
+    request = _request("a", (9,), op=ReduceOp.Average, compression=wire)
+    plan = _plan([request])
+    assert plan.reduction == (ReduceOp.Sum, 1.0, 0.25, 4, False, np.dtype(wire))
+    (unit,) = plan.units
+    assert unit.in_place and plan.wire == np.float32
 
 
 def test_read_only_only_where_every_present_request_asks():

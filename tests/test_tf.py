@@ -29,6 +29,11 @@ def test_collectives_gradients_sparse_and_mismatches(np):
     _check("check_tf_collectives.py", np)
 
 
+def test_compression_sends_16_bit_values_within_the_bound():
+    # Gradients of the tape and of DistributedOptimizer with fp16 and bf16 on the wire.
+    _check("check_tf_compression.py", 2)
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_horovod_semantics(np):
     # Gradients, alltoall, dtypes, error types, scale factors and API as Horovod defines them.

@@ -12,24 +12,41 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from ringtrain import compression as core_compression  # noqa: E402
 from ringtrain import tf_allocator  # noqa: E402
 from ringtrain.ops import Sum  # noqa: E402
 from ringtrain.tensorflow import compat, compression, exchange  # noqa: E402
 from ringtrain.tensorflow.keras import optimizer as distributed  # noqa: E402
 
 
-def test_compression_strategies_round_trip():
+def test_compression_strategies_are_the_cores_and_leave_tensors_to_the_wire():
+    assert compression.Compression is core_compression.Compression
     x = tf.constant([1.5, -2.25, 1e-3], tf.float32)
-    wire, ctx = compression.Compression.fp16.compress(x)
-    assert wire.dtype == tf.float16
-    back = compression.Compression.fp16.decompress(wire, ctx)
-    assert back.dtype == tf.float32 and np.allclose(back, x, rtol=1e-3)
-    ints = tf.constant([1, 2], tf.int32)
-    assert compression.Compression.fp16.compress(ints) == (ints, None)
-    assert compression.Compression.none.compress(x)[0] is x
-    assert compression.by_name("fp16") is compression.Compression.fp16
+    for strategy in (compression.Compression.none, compression.Compression.fp16):
+        wire, ctx = strategy.compress(x)
+        assert wire is x and strategy.decompress(wire, ctx) is x
+    assert compression.by_name("bf16") is compression.Compression.bf16
+    assert compression.for_engine(compression.Compression.bf16) is compression.Compression.bf16
+    assert compression.for_engine(compression.Compression.none) is None
+
+    class OwnCast:  # Horovod-style, with no wire_dtype: it works in TensorFlow, as before
+        @staticmethod
+        def compress(tensor):
+            return tf.cast(tensor, tf.float16), tensor.dtype
+
+    assert compression.for_engine(OwnCast) is None
     with pytest.raises(ValueError, match="unknown compression"):
         compression.by_name("zip")
+
+
+def test_a_compressed_distributed_optimizer_round_trips_its_config():
+    for name in ("fp16", "bf16"):
+        strategy = compression.by_name(name)
+        wrapped = distributed.DistributedOptimizer(keras.optimizers.SGD(0.1), compression=strategy)
+        config = wrapped.get_config()
+        assert config["ringtrain"]["compression"] == name
+        again = type(wrapped).from_config(copy.deepcopy(config))
+        assert again._rt_reduction.compression is strategy
 
 
 def test_gradient_reduction_validates_its_settings():

@@ -72,3 +72,21 @@ def test_hierarchical_by_default_only_across_hosts_with_several_ranks_on_one():
     assert not hierarchical_wanted(None, 2, 1)  # one rank per host: the flat ring
     assert not hierarchical_wanted(None, 1, 4)  # one host
     assert hierarchical_wanted(True, 1, 4) and not hierarchical_wanted(False, 2, 2)
+
+
+def test_a_compressed_allreduce_goes_where_it_crosses_a_link():
+    # Flat: the message ring, never the host's shared-memory or attach rings.
+    for nbytes in (1, ATTACH_ABOVE_BYTES + 1, 5 * MiB, 64 * MiB):
+        assert choose(Collective.ALLREDUCE, nbytes, True, ONE_HOST, True) is Route.MESSAGES
+    assert choose(Collective.ALLREDUCE, 1, True, Capabilities(size=3), True) is Route.MESSAGES
+    # Hierarchical: its ring across hosts sends the 16-bit values.
+    across = Capabilities(size=4, hierarchical=True)
+    assert choose(Collective.ALLREDUCE, 1, True, across, True) is Route.HIERARCHICAL
+    # Nothing to send: local, uncompressed.
+    assert choose(Collective.ALLREDUCE, 0, True, ONE_HOST, True) is Route.LOCAL
+    assert choose(Collective.ALLREDUCE, 8, True, Capabilities(size=1), True) is Route.LOCAL
+
+
+def test_only_allreduce_is_compressed():
+    with pytest.raises(ValueError, match="only allreduce sends 16-bit values.*reduce_scatter"):
+        choose(Collective.REDUCE_SCATTER, 8, True, ONE_HOST, True)

@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 import ringtrain
+from ringtrain.compression import by_name
 
 _KIB = 1024
 DEFAULT_SIZES = [4 * _KIB * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
@@ -34,6 +35,13 @@ def add_arguments(parser) -> None:
         action="store_true",
         help="also time op Adasum per size (power-of-two ranks), against MPI's Sum: MPI has "
         "no Adasum",
+    )
+    parser.add_argument(
+        "--compression",
+        choices=["none", "fp16", "bf16"],
+        default="none",
+        help="also time each size with this 16-bit compression on the wire (a row 'single, "
+        "fp16'), against MPI's float32 Sum; bandwidths count the float32 bytes",
     )
 
 
@@ -81,6 +89,7 @@ def run(args) -> int:
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
     rows = []
+    compression = by_name(args.compression)
     for nbytes in args.sizes:
         count = nbytes // 4
         src = np.random.default_rng(comm.Get_rank()).random(count, dtype=np.float32)
@@ -92,6 +101,11 @@ def run(args) -> int:
 
         def ours_read_only(src=src):
             ringtrain.allreduce(src, op=ringtrain.Sum, name="bench.ro", read_only=True)
+
+        def ours_compressed(src=src, out=out):
+            ringtrain.allreduce(
+                src, op=ringtrain.Sum, out=out, name="bench.wire16", compression=compression
+            )
 
         def ours_adasum(src=src, out=out):
             ringtrain.allreduce(src, op=ringtrain.Adasum, out=out, name="bench.adasum")
@@ -106,6 +120,9 @@ def run(args) -> int:
         # with the host's other ranks: no copy into memory of its own.
         read_only = _median_time(comm, ours_read_only, args.seconds)
         rows.append(_row("single, read-only", nbytes, n, read_only, mpi))
+        if compression.wire_dtype is not None:
+            compressed = _median_time(comm, ours_compressed, args.seconds)
+            rows.append(_row(f"single, {compression.name}", nbytes, n, compressed, mpi))
         if args.adasum:
             adasum = _median_time(comm, ours_adasum, args.seconds)
             rows.append(_row("single, Adasum", nbytes, n, adasum, mpi))

@@ -138,13 +138,13 @@ class Executor:
             source = self._pool.get("fusion", source.size, wire)
             _CPU.pack([array], source, [0], reduction.prescale)
         packed = tl.now_ns()
-        op, postscale = reduction.op, reduction.postscale
+        op, postscale, compression = reduction.op, reduction.postscale, reduction.compression
         if out is not None:
             result = out
-            reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale)
+            reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale, compression)
         else:
             flat, reduced = self.transport.allreduce_new(
-                source, op, postscale, self._results.factory(wire), read_only
+                source, op, postscale, self._results.factory(wire), read_only, compression
             )
             result = flat.reshape(shape)
         gathered = tl.now_ns()
@@ -157,6 +157,7 @@ class Executor:
         A joined rank's members get None.
         """
         op, prescale, postscale = plan.reduction[:3]
+        compression = plan.reduction.compression
         wire = plan.wire
         start = tl.now_ns()
         # Every member laid end to end, each aligned so that its slice of the result is
@@ -180,7 +181,7 @@ class Executor:
             # The ring writes straight into one new array whose slices are the results: no
             # copy out of the fusion buffer.
             result, reduced = self.transport.allreduce_new(
-                host, op, postscale, self._results.factory(wire), unit.read_only
+                host, op, postscale, self._results.factory(wire), unit.read_only, compression
             )
             gathered = tl.now_ns()
             outputs = [
@@ -188,7 +189,7 @@ class Executor:
                 for m, off in here
             ]
         else:
-            reduced = self.transport.allreduce(host, host, op, postscale)
+            reduced = self.transport.allreduce(host, host, op, postscale, compression)
             gathered = tl.now_ns()
             if staged:
                 backend.to_device(host, staging)

@@ -8,8 +8,8 @@ _ITEMSIZE_IN_BUFFER = {str(d): reduction_dtype(d).itemsize for d in SUPPORTED}
 
 
 def fusion_key(meta) -> tuple:
-    """Return what tensors must share to be reduced together: dtype, op and scale factors."""
-    return (meta.dtype, meta.op, meta.prescale, meta.postscale)
+    """Return what tensors must share to be reduced together: dtype, op, scales, wire dtype."""
+    return (meta.dtype, meta.op, meta.prescale, meta.postscale, meta.compression)
 
 
 def nbytes_in_buffer(meta) -> int:

@@ -34,6 +34,7 @@ class Meta(typing.NamedTuple):
     root: int = -1
     splits: tuple | None = None
     group: tuple | None = None  # a grouped allreduce: its members' shapes; shape is (total,)
+    compression: str | None = None  # an allreduce's 16-bit wire dtype ("float16", "bfloat16")
 
 
 def unnamed_name(kind: str, site: str, count: int) -> str:
@@ -63,7 +64,7 @@ class Withdrawal(typing.NamedTuple):
 
 # Fields that must agree across ranks, per kind. A field missing here may differ.
 AGREED_FIELDS = {
-    ALLREDUCE: ("dtype", "group", "shape", "op", "prescale", "postscale"),
+    ALLREDUCE: ("dtype", "group", "shape", "op", "prescale", "postscale", "compression"),
     REDUCESCATTER: ("dtype", "shape", "op", "prescale", "postscale"),
     ALLGATHER: ("dtype", "trailing_shape"),
     BROADCAST: ("dtype", "shape", "root"),

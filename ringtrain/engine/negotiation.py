@@ -324,6 +324,8 @@ def _listed(calls, most=3):
 
 def _mismatch(name, field, by_rank, value_of):
     def show(value):
+        if field == "compression":
+            return value or "none (float32)"
         return ReduceOp(value).name if field == "op" else str(value)
 
     parts = ", ".join(f"rank {r}: {show(value_of(by_rank[r]))}" for r in sorted(by_rank))

@@ -39,7 +39,8 @@ class Reduction(typing.NamedTuple):
 
     Average becomes Sum: a float Average divides through ``postscale``, an integer one
     divides its results by ``contributors`` afterwards, truncating toward zero as Horovod
-    and C do (``truncating_divide``).
+    and C do (``truncating_divide``). ``compression``: the 16-bit dtype that partial sums
+    cross the link in, or None.
     """
 
     op: ReduceOp
@@ -47,6 +48,7 @@ class Reduction(typing.NamedTuple):
     postscale: float
     contributors: int
     truncating_divide: bool
+    compression: np.dtype | None = None
 
 
 def reduction(meta, contributors: int) -> Reduction:
@@ -60,7 +62,8 @@ def reduction(meta, contributors: int) -> Reduction:
             truncating_divide = True
         else:
             postscale = postscale / contributors
-    return Reduction(op, meta.prescale, postscale, contributors, truncating_divide)
+    wire = by_name(meta.compression) if meta.compression else None
+    return Reduction(op, meta.prescale, postscale, contributors, truncating_divide, wire)
 
 
 class Member(typing.NamedTuple):

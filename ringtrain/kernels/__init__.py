@@ -8,6 +8,9 @@ the same functions, so the executor and the transports never ask which one they 
 - ``unpack(buffer, offsets, destinations, scale=1.0)``: the reverse, narrowing float32 to float16
   or bfloat16 with round-to-nearest-even.
 - ``reduce(dst, a, b, op, scale=1.0)``: ``dst[:] = op(a, b) * scale`` element-wise.
+- ``reduce_to_wire(wire, a, b, op, scale=1.0)``: ``wire[:] = op(a, b) * scale`` rounded to
+  16 bits, where ``a`` is float32 and ``wire`` and ``b`` are float16 or bfloat16 (``b``
+  widened exactly): one hop of a ring that sends 16-bit partial sums.
 - ``empty(shape, dtype)``, ``to_host(device_array, host_array)``, ``to_device(host_array,
   device_array)``: allocate a buffer and stage it through host memory for MPI.
 
@@ -105,3 +108,24 @@ def reduction_args(dst, a, b, op, scale):
             "Average is Sum with scale 1/size"
         )
     return int(op), _kernel_scale(dtype, scale)
+
+
+def wire_reduction_args(wire, a, b, op, scale):
+    """Check the operands of ``reduce_to_wire``; return ``(kind, op, scale)`` for the kernels.
+
+    ``kind`` is ``_F16`` or ``_BF16``, the 16-bit type of ``wire`` and ``b``.
+    """
+    if not wire.ndim == a.ndim == b.ndim == 1:
+        raise ValueError(
+            f"reduce_to_wire takes 1-D arrays, got {wire.ndim}-D, {a.ndim}-D and {b.ndim}-D"
+        )
+    if not wire.shape == a.shape == b.shape:
+        raise ValueError(f"reduce_to_wire lengths differ: wire {wire.size}, a {a.size}, b {b.size}")
+    wire_dtype, a_dtype, b_dtype = np.dtype(wire.dtype), np.dtype(a.dtype), np.dtype(b.dtype)
+    if a_dtype != _FLOAT32 or wire_dtype != b_dtype or not _is_half(wire_dtype):
+        raise TypeError(
+            f"reduce_to_wire takes float32 a with float16 or bfloat16 wire and b of one dtype, "
+            f"got a {a_dtype}, wire {wire_dtype}, b {b_dtype}"
+        )
+    op, scale = reduction_args(a, a, a, op, scale)
+    return (_BF16 if wire_dtype == dtypes.bfloat16 else _F16), op, scale

@@ -39,43 +39,43 @@ def njit(fn):
 @njit
 def _f16_to_f32(h):
     """Return the float32 equal to the float16 with bits ``h`` (NaN payloads kept, as NumPy)."""
+    # Every case is computed and one selected, without branches, so that loops vectorize.
     bits = np.uint32(h)
     sign = (bits & 0x8000) << 16
     exponent = (bits >> 10) & 0x1F
     mantissa = bits & 0x3FF
-    if exponent == 0x1F:
-        return np.uint32(sign | 0x7F800000 | (mantissa << 13)).view(np.float32)
-    if exponent != 0:
-        return np.uint32(sign | ((exponent + 112) << 23) | (mantissa << 13)).view(np.float32)
-    magnitude = np.float32(mantissa) * _TWO_POW_M24  # zero or subnormal, exact
-    return -magnitude if sign else magnitude
+    normal = ((exponent + 112) << 23) | (mantissa << 13)
+    special = 0x7F800000 | (mantissa << 13)  # infinity or NaN
+    small = np.float32(np.float32(mantissa) * _TWO_POW_M24).view(np.uint32)  # zero, subnormal
+    magnitude = special if exponent == 0x1F else normal
+    magnitude = small if exponent == 0 else magnitude
+    return np.uint32(sign | magnitude).view(np.float32)
 
 
 @njit
 def _f32_to_f16(x):
     """Return the bits of float32 ``x`` rounded to float16, ties to even, NaN kept as NumPy does."""
+    # Every case is computed and one selected, without branches, so that loops vectorize.
+    # Rounding drops the low bits after adding just under half of the last kept bit, plus
+    # one where that bit is odd: ties go to even, and a carry into the exponent is still
+    # the right float16.
     bits = np.float32(x).view(np.uint32)
     sign = (bits >> 16) & 0x8000
     magnitude = bits & 0x7FFFFFFF
-    if magnitude > 0x7F800000:  # NaN: keep the payload's top bits, never turning it into inf
-        payload = (magnitude & 0x7FFFFF) >> 13
-        return np.uint16(sign | 0x7C00 | (payload if payload != 0 else 1))
-    if magnitude >= 0x477FF000:  # at least halfway past 65504: infinity
-        return np.uint16(sign | 0x7C00)
-    if magnitude <= 0x33000000:  # at most 2**-25, half the least subnormal: zero
-        return np.uint16(sign)
-    if magnitude >= 0x38800000:  # normal float16: rebias the exponent, drop 13 mantissa bits
-        value = magnitude - 0x38000000
-        shift = 13
-    else:  # subnormal float16: the mantissa with its hidden bit, in units of 2**-24
-        value = (magnitude & 0x7FFFFF) | 0x800000
-        shift = 126 - (magnitude >> 23)
-    half = 1 << (shift - 1)
-    rounded = value >> shift
-    rest = value & ((half << 1) - 1)
-    if rest > half or (rest == half and (rounded & 1) != 0):
-        rounded += 1  # a carry into the exponent is still the right float16
-    return np.uint16(sign | rounded)
+    # (Intermediates stay non-negative: the CUDA simulator computes in uint32.)
+    rebiased = max(magnitude, 0x38000000) - 0x38000000  # normal float16: drop 13 bits
+    normal = (rebiased + 0xFFF + ((rebiased >> 13) & 1)) >> 13
+    # A subnormal float16: the mantissa with its hidden bit, in units of 2**-24.
+    shift = 126 - min(max(magnitude >> 23, 95), 125)
+    hidden = (magnitude & 0x7FFFFF) | 0x800000
+    small = (hidden + ((1 << (shift - 1)) - 1) + ((hidden >> shift) & 1)) >> shift
+    payload = (magnitude & 0x7FFFFF) >> 13  # a NaN keeps its payload's top bits, never inf
+    nan = 0x7C00 | (payload if payload != 0 else 1)
+    result = normal if magnitude >= 0x38800000 else small
+    result = 0 if magnitude <= 0x33000000 else result  # at most 2**-25: zero
+    result = 0x7C00 if magnitude >= 0x477FF000 else result  # halfway past 65504: infinity
+    result = nan if magnitude > 0x7F800000 else result
+    return np.uint16(sign | result)
 
 
 @njit
@@ -209,6 +209,20 @@ def _reduce_with(dst, a, b, op, scale):
             dst[i] = _scaled(_combine(op, a[i], b[i]), scale)
 
 
+@njit
+def _reduce_to_f16(wire, a, b, op, scale):
+    """Set float16 bits ``wire[i]`` to ``op(a[i], b[i]) * scale``, ``b`` float16 bits."""
+    for i in range(wire.size):
+        wire[i] = _f32_to_f16(_scaled(_combine(op, a[i], _f16_to_f32(b[i])), scale))
+
+
+@njit
+def _reduce_to_bf16(wire, a, b, op, scale):
+    """Set bfloat16 bits ``wire[i]`` to ``op(a[i], b[i]) * scale``, ``b`` bfloat16 bits."""
+    for i in range(wire.size):
+        wire[i] = _f32_to_bf16(_scaled(_combine(op, a[i], _bf16_to_f32(b[i])), scale))
+
+
 # The C library's memcpy, called by name: numba's own slice copy runs at half its speed.
 _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 
@@ -224,6 +238,7 @@ def copy_elements(dst, src):
 
 _PACK = {kernels._COPY: _pack_copy, kernels._F16: _pack_f16, kernels._BF16: _pack_bf16}
 _UNPACK = {kernels._COPY: _unpack_copy, kernels._F16: _unpack_f16, kernels._BF16: _unpack_bf16}
+_REDUCE_TO_WIRE = {kernels._F16: _reduce_to_f16, kernels._BF16: _reduce_to_bf16}
 
 
 def pack(sources, buffer, offsets, scale=1.0):
@@ -246,6 +261,12 @@ def reduce(dst, a, b, op, scale=1.0):
     """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` itself."""
     op, scale = kernels.reduction_args(dst, a, b, op, scale)
     reduce_elements(dst, a, b, op, scale)
+
+
+def reduce_to_wire(wire, a, b, op, scale=1.0):
+    """Set 16-bit ``wire[:]`` to float32 ``op(a, b) * scale`` rounded; ``b`` is 16-bit too."""
+    kind, op, scale = kernels.wire_reduction_args(wire, a, b, op, scale)
+    _REDUCE_TO_WIRE[kind](wire.view(np.uint16), a, b.view(np.uint16), op, scale)
 
 
 def empty(shape, dtype):

@@ -61,15 +61,35 @@ def _reduce(dst, a, b, op, scale):
         dst[i] = _scaled(_combine(op, a[i], b[i]), scale)
 
 
+def _reduce_to_wire_kernel(widen, narrow):
+    """Return a kernel setting 16-bit ``wire[i] = narrow(op(a[i], widen(b[i])) * scale)``."""
+
+    @cuda.jit
+    def reduce_to_wire(wire, a, b, op, scale):
+        for i in range(cuda.grid(1), wire.size, cuda.gridsize(1)):
+            wire[i] = narrow(_scaled(_combine(op, a[i], widen(b[i])), scale))
+
+    return reduce_to_wire
+
+
+_F16_TO_F32 = _device(cpu._f16_to_f32.py_func)
+_BF16_TO_F32 = _device(cpu._bf16_to_f32.py_func)
+_F32_TO_F16 = _device(cpu._f32_to_f16.py_func)
+_F32_TO_BF16 = _device(cpu._f32_to_bf16.py_func)
+
 _PACK = {
     kernels._COPY: _pack_kernel(_same),
-    kernels._F16: _pack_kernel(_device(cpu._f16_to_f32.py_func)),
-    kernels._BF16: _pack_kernel(_device(cpu._bf16_to_f32.py_func)),
+    kernels._F16: _pack_kernel(_F16_TO_F32),
+    kernels._BF16: _pack_kernel(_BF16_TO_F32),
 }
 _UNPACK = {
     kernels._COPY: _unpack_kernel(_same),
-    kernels._F16: _unpack_kernel(_device(cpu._f32_to_f16.py_func)),
-    kernels._BF16: _unpack_kernel(_device(cpu._f32_to_bf16.py_func)),
+    kernels._F16: _unpack_kernel(_F32_TO_F16),
+    kernels._BF16: _unpack_kernel(_F32_TO_BF16),
+}
+_REDUCE_TO_WIRE = {
+    kernels._F16: _reduce_to_wire_kernel(_F16_TO_F32, _F32_TO_F16),
+    kernels._BF16: _reduce_to_wire_kernel(_BF16_TO_F32, _F32_TO_BF16),
 }
 
 
@@ -96,6 +116,16 @@ def reduce(dst, a, b, op, scale=1.0):
         blocks = min(_MAX_BLOCKS, -(-dst.size // _THREADS))
         arrays = _device_array(dst), _device_array(a), _device_array(b)
         _reduce[blocks, _THREADS](*arrays, op, _kernel_scale(scale, dst.dtype))
+
+
+def reduce_to_wire(wire, a, b, op, scale=1.0):
+    """Set 16-bit ``wire[:]`` to float32 ``op(a, b) * scale`` rounded; ``b`` is 16-bit too."""
+    kind, op, scale = kernels.wire_reduction_args(wire, a, b, op, scale)
+    if wire.size:
+        blocks = min(_MAX_BLOCKS, -(-wire.size // _THREADS))
+        halves = _flat([wire, b])
+        scale = _kernel_scale(scale, np.dtype(a.dtype))
+        _REDUCE_TO_WIRE[kind][blocks, _THREADS](halves[0], _device_array(a), halves[1], op, scale)
 
 
 def empty(shape, dtype):

@@ -23,7 +23,7 @@ from ringtrain import api
 from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
 from ringtrain.process_sets import resolve
 from ringtrain.tensorflow import bridge, compat, errors, exchange
-from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.compression import Compression, for_engine
 
 
 def _grad_name(name, what="grad"):
@@ -116,11 +116,12 @@ def allreduce(
     (wire,), op, prescale, postscale, finish = _integer_scaling(
         [wire], op, prescale_factor, postscale_factor, process_set
     )
-    reduced = _allreduce(wire, op, prescale, postscale, name, process_set)
+    engine = for_engine(compression)
+    reduced = _allreduce(wire, op, prescale, postscale, name, process_set, engine)
     return compression.decompress(finish(reduced), ctx)
 
 
-def _allreduce(tensor, op, prescale, postscale, name, process_set):
+def _allreduce(tensor, op, prescale, postscale, name, process_set, compression=None):
     @tf.custom_gradient
     def forward(x):
         start = functools.partial(
@@ -130,13 +131,15 @@ def _allreduce(tensor, op, prescale, postscale, name, process_set):
             prescale_factor=prescale,
             postscale_factor=postscale,
             process_set=process_set,
+            compression=compression,
         )  # never a shared result: see exchange.allreduce_gradients
         y = bridge.run(start, [x], x.dtype, "allreduce")
         y.set_shape(x.shape)
 
         def grad(dy):
             _check_differentiable(op, "allreduce")
-            return _allreduce(dy, op, prescale, postscale, _grad_name(name), process_set)
+            grad_name = _grad_name(name)
+            return _allreduce(dy, op, prescale, postscale, grad_name, process_set, compression)
 
         return y, grad
 
@@ -184,7 +187,9 @@ def grouped_allreduce(
         wires, group_op, prescale, postscale, finish = _integer_scaling(
             [wire for wire, _ in compressed], op, prescale_factor, postscale_factor, process_set
         )
-        outputs = _grouped_allreduce(wires, group_op, prescale, postscale, name, process_set)
+        outputs = _grouped_allreduce(
+            wires, group_op, prescale, postscale, name, process_set, for_engine(compression)
+        )
         reduced = [
             compression.decompress(finish(y), ctx)
             for y, (_, ctx) in zip(outputs, compressed, strict=True)
@@ -199,7 +204,7 @@ def _placed(results, positions, values):
     return results
 
 
-def _grouped_allreduce(tensors, op, prescale, postscale, name, process_set):
+def _grouped_allreduce(tensors, op, prescale, postscale, name, process_set, compression=None):
     @tf.custom_gradient
     def forward(*xs):
         def start(*arrays):
@@ -210,6 +215,7 @@ def _grouped_allreduce(tensors, op, prescale, postscale, name, process_set):
                 prescale_factor=prescale,
                 postscale_factor=postscale,
                 process_set=process_set,
+                compression=compression,
             )
 
         ys = bridge.run(start, xs, [x.dtype for x in xs], "grouped_allreduce")
@@ -219,7 +225,7 @@ def _grouped_allreduce(tensors, op, prescale, postscale, name, process_set):
         def grad(*dys):
             _check_differentiable(op, "grouped_allreduce")
             return _grouped_allreduce(
-                list(dys), op, prescale, postscale, _grad_name(name), process_set
+                list(dys), op, prescale, postscale, _grad_name(name), process_set, compression
             )
 
         return ys, grad

@@ -26,7 +26,7 @@ from ringtrain.engine.messages import unnamed_name
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
-from ringtrain.tensorflow.compression import Compression
+from ringtrain.tensorflow.compression import Compression, for_engine
 from ringtrain.tensorflow.errors import MismatchError
 from ringtrain.tensorflow.local_sources import LocalSources
 
@@ -88,7 +88,7 @@ def call_name(name, kind, process_set):
     return unnamed_name(kind, f"{function} (tf.function)", count)
 
 
-def _reducer(op, prescale, postscale, read_only, process_set):
+def _reducer(op, prescale, postscale, read_only, process_set, compression=None):
     def start(name):
         return functools.partial(
             api.allreduce_async,
@@ -98,6 +98,7 @@ def _reducer(op, prescale, postscale, read_only, process_set):
             postscale_factor=postscale,
             read_only=read_only,
             process_set=process_set,
+            compression=compression,
         )
 
     return start
@@ -112,7 +113,7 @@ def _gatherer(process_set):
 
 def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set):
     wire, ctx = compression.compress(tf.convert_to_tensor(grad))
-    start = _reducer(op, prescale, postscale, shared, process_set)
+    start = _reducer(op, prescale, postscale, shared, process_set, for_engine(compression))
     part = _Part("", wire, start, wire.shape, reduces=True)
     return _Plan(_DENSE, [part], lambda results: compression.decompress(results[0], ctx))
 

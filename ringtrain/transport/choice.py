@@ -14,6 +14,10 @@ Measured (docs/benchmarks.md), the rules are:
   ranks' skew costs it more; at -np 4 on 2 cores it was 8-24% slower at 3 and 4 MiB, since
   it waits for every rank at the end of a call. Calls too large for the regions take the
   attach ring wherever it can carry them.
+- An allreduce compressed to 16 bits on the wire goes where it halves the bytes on a link:
+  the message ring when flat, and the ring across hosts when hierarchical (whose reduce and
+  broadcast within each host stay float32). The host's shared-memory and attach rings,
+  which move no bytes over a link, never carry it.
 - Everything else, and allgather, broadcast, alltoall and Adasum always: MPI messages.
 """
 
@@ -68,18 +72,29 @@ def hierarchical_wanted(setting: bool | None, host_count: int, most_per_host: in
     return host_count > 1 and most_per_host > 1
 
 
-def choose(collective: Collective, nbytes: int, host: bool, capabilities: Capabilities) -> Route:
+def choose(
+    collective: Collective,
+    nbytes: int,
+    host: bool,
+    capabilities: Capabilities,
+    compressed: bool = False,
+) -> Route:
     """Return the route of one call of ``collective`` over ``nbytes`` (see the module docstring).
 
     ``host``: its input, and its output where one is given, are C-contiguous host (NumPy)
-    arrays, which a peer can read by address.
+    arrays, which a peer can read by address. ``compressed``: an allreduce whose partial
+    sums cross the link as 16-bit values.
     """
     if collective not in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
         return Route.MESSAGES
+    if compressed and collective is not Collective.ALLREDUCE:
+        raise ValueError(f"only allreduce sends 16-bit values on the wire, not {collective.value}")
     if capabilities.size == 1 or nbytes == 0:
         return Route.LOCAL
     if capabilities.hierarchical:
         return Route.HIERARCHICAL if collective is Collective.ALLREDUCE else Route.MESSAGES
+    if compressed:
+        return Route.MESSAGES
     attach = host and nbytes < capabilities.attach_below
     if nbytes <= capabilities.shared_bytes:
         if not (attach and capabilities.core_each and nbytes > ATTACH_ABOVE_BYTES):

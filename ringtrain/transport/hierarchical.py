@@ -37,10 +37,12 @@ class HierarchicalAllreduce:
             leaders = sorted(set(topology.hosts))
             self._across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, leaders)
 
-    def allreduce(self, src, dst, op: ReduceOp, postscale: float) -> int:
+    def allreduce(self, src, dst, op: ReduceOp, postscale: float, compression=None) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
-        Returns the ``perf_counter_ns`` time at which the reduction across hosts ended.
+        ``compression`` (a 16-bit dtype, or None) applies to the ring across hosts only: the
+        reduce and broadcast within each host stay in ``src``'s dtype. Returns the
+        ``perf_counter_ns`` time at which the reduction across hosts ended.
         """
         mpi_op = _MPI_OPS[op]
         across = self._across
@@ -50,7 +52,7 @@ class HierarchicalAllreduce:
             wait(self._local.Ireduce(send, dst, mpi_op, root=0), self._local_ranks, what)
             if across.size > 1:
                 bounds = segment_bounds(len(dst), across.size)
-                reduced = across.ring(dst, dst, op, postscale, bounds, allgather=True)
+                reduced = across.ring(dst, dst, op, postscale, bounds, True, compression)
             else:
                 copy_scaled(dst, dst, postscale)
                 reduced = time.perf_counter_ns()

@@ -48,15 +48,19 @@ class MessageTransport:
         self._right = (self.rank + 1) % self.size
         self._left = (self.rank - 1) % self.size
 
-    def ring(self, src, dst, op, postscale, bounds, allgather) -> int:
+    def ring(self, src, dst, op, postscale, bounds, allgather, compression=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
         ``dst[bounds[rank]]`` gets this rank's reduced segment; with ``allgather``, every
-        segment. Returns the ``perf_counter_ns`` time at which the reduce-scatter part ended.
+        segment. With ``compression`` (float16 or bfloat16, for float32 data) the chunks
+        cross as 16-bit values (``_Wire``). Returns the ``perf_counter_ns`` time at which the
+        reduce-scatter part ended.
         """
         backend = kernels.backend_for(dst)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
-        chunk = max(1, self.chunk_bytes // dst.itemsize)
+        wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
+        scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
+        chunk = max(1, self.chunk_bytes // scratch_dtype.itemsize)
         last_reduce = self.size - 2
         recvs = [
             (t, lo, hi)
@@ -64,19 +68,22 @@ class MessageTransport:
             for lo, hi in schedule.chunks(*bounds[step.recv], chunk)
         ]
         stride = min(chunk, len(src))
-        window = min(max(MIN_WINDOW, -(-self.window_bytes // (chunk * dst.itemsize))), len(recvs))
-        scratch = self._pool.get("ring-scratch", window * stride, dst.dtype)
+        ahead = -(-self.window_bytes // (chunk * scratch_dtype.itemsize))
+        window = min(max(MIN_WINDOW, ahead), len(recvs))
+        scratch = self._pool.get("ring-scratch", window * stride, scratch_dtype)
         comm, right, left = self.comm, self._right, self._left
         # Sends whose source region a later allgather receive overwrites must finish before
         # that receive is posted: reduce-scatter forwards, and the first sends when the data
-        # is reduced in place.
+        # is reduced in place (or goes through the 16-bit copy, which receives overwrite).
+        first = schedule.chunks(*bounds[steps[0].send], chunk)
         first_sends = [
-            comm.Isend(src[lo:hi], right, _TAG)
-            for lo, hi in schedule.chunks(*bounds[steps[0].send], chunk)
+            comm.Isend(src[lo:hi] if wire is None else wire.narrow(lo, hi), right, _TAG)
+            for lo, hi in first
         ]
-        in_place = np.may_share_memory(src, dst)
+        in_place = wire is not None or np.may_share_memory(src, dst)
         hazard_sends = first_sends if in_place else []
         final_sends = [] if in_place else first_sends
+        outgoing = dst if wire is None else wire.bits
         posted = deque()
         next_recv = 0
         wait, wait_all = self._waiter.wait, self._waiter.wait_all
@@ -94,7 +101,7 @@ class MessageTransport:
                     if hazard_sends:
                         wait_all(hazard_sends, right_peer, what)
                         hazard_sends = []
-                    target = dst[lo:hi]
+                    target = outgoing[lo:hi]
                 posted.append((comm.Irecv(target, left, _TAG), t, lo, hi, target))
                 next_recv += 1
 
@@ -105,11 +112,16 @@ class MessageTransport:
             wait(request, left_peer, what)
             if steps[t].reduce:
                 scale = postscale if t == last_reduce else 1.0
-                backend.reduce(dst[lo:hi], src[lo:hi], target, op, scale)
+                if wire is None:
+                    backend.reduce(dst[lo:hi], src[lo:hi], target, op, scale)
+                else:
+                    wire.reduce(lo, hi, target, op, scale, finished=t == last_reduce)
                 reduce_scatter_end = time.perf_counter_ns()
+            elif wire is not None:
+                wire.widen(lo, hi)
             if t + 1 < len(steps):
                 sends = hazard_sends if t < last_reduce else final_sends
-                sends.append(comm.Isend(dst[lo:hi], right, _TAG))
+                sends.append(comm.Isend(outgoing[lo:hi], right, _TAG))
             post_ahead()
         wait_all(hazard_sends + final_sends, right_peer, what)
         return reduce_scatter_end
@@ -151,6 +163,40 @@ class MessageTransport:
         ]
         what = f"an Adasum exchange of {recv.nbytes} bytes"
         self._waiter.wait_all(requests, [self._ranks[partner]], what)
+
+
+class _Wire:
+    """The 16-bit side of a compressed ring: what crosses the link, at ``dst``'s offsets.
+
+    ``bits`` (uint16, as long as ``src``) holds what this rank sends and receives. A hop
+    adds the received 16-bit partial sum, widened, to this rank's float32 ``src`` and rounds
+    the sum to 16 bits for the next hop. The owner of a segment rounds its finished sum too
+    and keeps the rounded value, so every rank ends with the bits that the allgather hands
+    round. MPI sees only uint16 (mpi4py knows no bfloat16).
+    """
+
+    def __init__(self, pool, backend, src, dst, dtype):
+        self.bits = pool.get("ring-wire", len(src), np.uint16)
+        self._values = self.bits.view(dtype)
+        self._backend, self._src, self._dst = backend, src, dst
+
+    def narrow(self, lo, hi):
+        """Round ``src[lo:hi]`` to 16 bits and return them, to send."""
+        self._backend.unpack(self._src[lo:hi], [0], [self._values[lo:hi]])
+        return self.bits[lo:hi]
+
+    def reduce(self, lo, hi, received, op, scale, finished):
+        """Round ``op(src[lo:hi], received) * scale`` into the bits; ``finished``: into dst too."""
+        values = self._values[lo:hi]
+        self._backend.reduce_to_wire(
+            values, self._src[lo:hi], received.view(values.dtype), op, scale
+        )
+        if finished:
+            self.widen(lo, hi)
+
+    def widen(self, lo, hi):
+        """Write the 16-bit values at ``[lo, hi)`` into ``dst``, exactly, as float32."""
+        self._backend.pack([self._values[lo:hi]], self._dst[lo:hi], [0])
 
 
 def displacements(counts) -> list[int]:

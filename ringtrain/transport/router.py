@@ -86,22 +86,28 @@ class Transport:
             hierarchical=hierarchical,
         )
 
-    def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0) -> int:
+    def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0, compression=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
-        Every rank must call this with the same length, dtype and op. Every rank ends with
-        bitwise-identical ``dst``. Returns the ``perf_counter_ns`` time at which this rank's
-        reduce-scatter part ended (the allgather part overlaps its tail).
+        Every rank must call this with the same length, dtype, op and ``compression``: None,
+        or the 16-bit dtype (float16, bfloat16) that a float32 reduction's partial sums
+        cross the link in. Every rank ends with bitwise-identical ``dst``. Returns the
+        ``perf_counter_ns`` time at which this rank's reduce-scatter part ended (the
+        allgather part overlaps its tail).
         """
-        return self._reduce(_ALLREDUCE, src, dst, op, postscale, _even_bounds(len(src), self.size))
+        bounds = _even_bounds(len(src), self.size)
+        return self._reduce(_ALLREDUCE, src, dst, op, postscale, bounds, compression)
 
-    def allreduce_new(self, src, op: ReduceOp, postscale: float, new, read_only: bool):
+    def allreduce_new(
+        self, src, op: ReduceOp, postscale: float, new, read_only: bool, compression=None
+    ):
         """Reduce 1-D ``src`` as ``allreduce`` does, into a new array; return it and the time.
 
         The result is ``new(len(src))``, or, when every rank passes ``read_only`` and the
         call runs through either ring of the host, a read-only array that its ranks share.
         """
-        route = choose(_ALLREDUCE, src.nbytes, _host_contiguous(src), self.capabilities)
+        host = _host_contiguous(src)
+        route = choose(_ALLREDUCE, src.nbytes, host, self.capabilities, compression is not None)
         bounds = _even_bounds(len(src), self.size)
         if route is Route.SHARED:
             return self.shared.run(src, None, op, postscale, bounds, True, new, read_only)
@@ -109,7 +115,7 @@ class Transport:
             call = self.shared.take_call()
             return self.attach.run(src, None, op, postscale, bounds, True, call, new, read_only)
         result = new(len(src))
-        return result, self._reduce(_ALLREDUCE, src, result, op, postscale, bounds)
+        return result, self._reduce(_ALLREDUCE, src, result, op, postscale, bounds, compression)
 
     def reduce_scatter(self, src, dst, op: ReduceOp, postscale: float, bounds) -> int:
         """Reduce ``src`` over all ranks; afterwards ``dst[bounds[rank]]`` holds this rank's part.
@@ -119,9 +125,9 @@ class Transport:
         """
         return self._reduce(_REDUCE_SCATTER, src, dst, op, postscale, bounds)
 
-    def _reduce(self, collective, src, dst, op, postscale, bounds) -> int:
+    def _reduce(self, collective, src, dst, op, postscale, bounds, compression=None) -> int:
         host = _host_contiguous(src) and _host_contiguous(dst)
-        route = choose(collective, src.nbytes, host, self.capabilities)
+        route = choose(collective, src.nbytes, host, self.capabilities, compression is not None)
         allgather = collective is _ALLREDUCE
         if route is Route.LOCAL:
             copy_scaled(src, dst, postscale)
@@ -132,8 +138,8 @@ class Transport:
             call = self.shared.take_call()
             return self.attach.run(src, dst, op, postscale, bounds, allgather, call)[1]
         if route is Route.HIERARCHICAL:
-            return self.hierarchical.allreduce(src, dst, op, postscale)
-        return self.messages.ring(src, dst, op, postscale, bounds, allgather)
+            return self.hierarchical.allreduce(src, dst, op, postscale, compression)
+        return self.messages.ring(src, dst, op, postscale, bounds, allgather, compression)
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
