@@ -35,9 +35,11 @@ class Settings:
     # The message ring posts receives ahead until they cover this many bytes (at least 4
     # chunks). MPI's TCP transport starts sending a large message only once the peer's
     # receive is posted and its answer has crossed back, behind the bytes queued in the other
-    # direction: between two hosts at 1 Gbit/s, 4 MiB ahead moved 0.61 Gbit/s each way and
-    # 16 MiB ahead 0.93-0.95 (docs/benchmarks.md). It is also the scratch each rank keeps.
-    ring_window_bytes: int = 16 * 1024 * 1024
+    # direction, and that queue grows as a transfer goes on: between two hosts at 1 Gbit/s,
+    # streaming 64 MiB each way in 1 MiB messages moved 0.62 Gbit/s with 16 MiB posted ahead
+    # and 0.955 with 64 MiB (docs/benchmarks.md). It is also the scratch each rank keeps, and
+    # no more than a call's segment.
+    ring_window_bytes: int = 64 * 1024 * 1024
     # Calls of up to this many bytes run through shared memory when every rank is on one
     # host; 0 turns it off. Measured (docs/benchmarks.md): it beats MPI messages up to 12 MiB
     # here; 4 MiB keeps the file (2 regions of this size per rank) within a 64 MiB /dev/shm

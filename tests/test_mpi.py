@@ -26,7 +26,7 @@ def test_allreduce_every_dtype_and_op(np):
     ids=["default-window", "5-chunk-window"],
 )
 def test_the_message_ring_with_shared_memory_off(np, window):
-    # The default window posts every receive of a call of up to 16 MiB at once; 4 KiB chunks
+    # The default window posts every receive of a call of up to 64 MiB at once; 4 KiB chunks
     # and a 20000-byte window post 5 ahead, reusing their scratch slots as the calls go on.
     env = {"RINGTRAIN_SHARED_MEMORY_BYTES": "0", **window}
     check("check_allreduce.py", np, env=env, timeout=240)

@@ -10,7 +10,7 @@ def test_defaults():
     assert s.cycle_time_ms == 1.0 and s.fusion_threshold == 64 * 1024 * 1024
     assert s.stall_check_seconds == 60.0 and s.stall_shutdown_seconds is None
     assert s.shared_memory_bytes == 4 * 1024 * 1024
-    assert s.ring_window_bytes == 16 * 1024 * 1024
+    assert s.ring_window_bytes == 64 * 1024 * 1024
     assert s.shared_result_bytes == 16 * 1024 * 1024
     assert s.bucket_bytes == 0
     assert s.bind_cores is True

@@ -24,6 +24,7 @@ from ringtrain.transport.adasum import adasum
 
 _TAG = 7
 _ADASUM_TAG = 8
+_BROADCAST_TAG = 9
 MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
 
 
@@ -125,6 +126,27 @@ class MessageTransport:
             post_ahead()
         wait_all(hazard_sends + final_sends, right_peer, what)
         return reduce_scatter_end
+
+    def broadcast_chunks(self, array, root: int) -> None:
+        """Overwrite 1-D ``array`` on every rank with ``root``'s, in chunks of ``chunk_bytes``.
+
+        Point-to-point messages, every receive posted at once: each wait is for one chunk,
+        where MPI's own broadcast moves only while every rank polls it.
+        """
+        chunk = max(1, self.chunk_bytes // array.itemsize)
+        pieces = schedule.chunks(0, len(array), chunk)
+        what = f"a broadcast of {array.nbytes} bytes in chunks"
+        if self.rank == root:
+            others = [r for r in range(self.size) if r != root]
+            sends = [
+                self.comm.Isend(array[lo:hi], r, _BROADCAST_TAG)
+                for lo, hi in pieces
+                for r in others
+            ]
+            self._waiter.wait_all(sends, self._others(), what)
+        else:
+            receives = [self.comm.Irecv(array[lo:hi], root, _BROADCAST_TAG) for lo, hi in pieces]
+            self._waiter.wait_all(receives, [self._ranks[root]], what)
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
