@@ -267,11 +267,20 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("script", "hierarchical"),
-    [("check_allreduce.py", "0"), ("check_allreduce.py", "1"), ("check_collectives.py", "1")],
-    ids=["allreduce-flat", "allreduce-hierarchical", "collectives"],
+    ("script", "settings"),
+    [
+        ("check_allreduce.py", {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),
+        ("check_allreduce.py", {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
+        ("check_collectives.py", {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
+        # 16-bit values on the wire: bit for bit the simulated ring, within the error bound
+        (
+            "check_wire16.py",
+            {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0", "RINGTRAIN_RING_CHUNK_BYTES": "4096"},
+        ),
+    ],
+    ids=["allreduce-flat", "allreduce-hierarchical", "collectives", "compressed"],
 )
-def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, hierarchical):
+def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, settings):
     """Every dtype and op, lengths 0, 1 and uneven, each rank its own data, against NumPy."""
     names, _ = cluster
     layout = ",".join(map(str, SLOTS))
@@ -281,10 +290,7 @@ def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, 
             cluster,
             str(CHECKS / script),
             layout,
-            settings={
-                "RINGTRAIN_HIERARCHICAL_ALLREDUCE": hierarchical,
-                "PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)]),
-            },
+            settings={**settings, "PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)])},
         )
     finally:
         netns.unlimit_links(names)
