@@ -1,4 +1,4 @@
-"""The cluster benchmark's options and refusals; its runs are in tests/test_multihost.py."""
+"""The benchmarks across hosts: options and refusals; their runs are in tests/test_multihost.py."""
 
 import os
 import shutil
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ringtrain.bench import netns
+from ringtrain.bench.__main__ import main as bench_main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,3 +60,16 @@ def test_it_refuses_without_root_and_says_so():
     assert done.stderr.strip() == (
         "python -m ringtrain.bench cluster: cannot run: making network namespaces needs root"
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--hosts", "1"], "1 hosts: expected at least 2"),
+        (["--hosts", "2", "--rates", "1gbit,1gbyte"], "link rate '1gbyte': expected a positive"),
+        (["--hosts", "2", "--delay", "2"], "link delay '2': expected a number and us, ms or s"),
+    ],
+)
+def test_training_across_hosts_refuses_bad_options_by_name(options, message, capsys):
+    assert bench_main(["train", *options]) == 2
+    assert message in capsys.readouterr().err

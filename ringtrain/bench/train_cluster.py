@@ -61,6 +61,9 @@ def run(args) -> int:
     except cluster.EndedBySignalError as ended:
         print(f"{_PROG}: {ended}; the test hosts are removed", file=sys.stderr)
         return 128 + ended.signum
+    except (RuntimeError, TimeoutError) as error:  # a launch failed or ran past --timeout
+        print(f"{_PROG}: {error}; the test hosts are removed", file=sys.stderr)
+        return 1
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0
