@@ -1,4 +1,4 @@
-"""The benchmarks across hosts: options and refusals; their runs are in tests/test_multihost.py."""
+"""The benchmarks across hosts: options and refusals (the cluster run is in test_multihost)."""
 
 import os
 import shutil
