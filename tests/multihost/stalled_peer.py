@@ -41,6 +41,9 @@ def main() -> None:
             elif mode == "stop-mid":
                 threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGSTOP)).start()
             else:
+                # The line above reaches mpirun through this host's daemon, over the link
+                # that the fault cuts: give it time to leave first.
+                time.sleep(0.5)
                 subprocess.run(FAULTS[mode], check=True)
         mine = np.random.default_rng(rank * 1000 + step).random(count, dtype=np.float32)
         got = ringtrain.allreduce(mine, op=ringtrain.Sum, name=f"step{step}")
