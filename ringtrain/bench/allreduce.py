@@ -13,11 +13,16 @@ _KIB = 1024
 DEFAULT_SIZES = [4 * _KIB * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
 
 
+def parse_sizes(text: str) -> list[int]:
+    """Return the byte sizes of a comma-separated ``--sizes`` option."""
+    return [int(x) for x in text.split(",")]
+
+
 def add_arguments(parser) -> None:
     """Declare this benchmark's options on ``parser``."""
     parser.add_argument(
         "--sizes",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=parse_sizes,
         default=DEFAULT_SIZES,
         help="comma-separated buffer sizes in bytes",
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import ringtrain
 from ringtrain.bench import netns
+from ringtrain.bench.allreduce import parse_sizes
 from ringtrain.bench.ceiling import tcp_ceiling
 
 PREFIX = "rtbench"
@@ -60,7 +61,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--sizes",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=parse_sizes,
         default=DEFAULT_SIZES,
         help="comma-separated buffer sizes in bytes (default 1, 4 and 16 MiB)",
     )
