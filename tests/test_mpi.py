@@ -290,11 +290,16 @@ def test_a_failure_while_running_a_response_ends_the_job(np, mode):
     assert result.returncode != 0
     assert f"RuntimeError: rank {np - 1} fails on purpose" in result.stderr, result.stderr
     assert "returned from a call" not in result.stdout
-    where = "thread 'MainThread', which waits for its call" if mode == "caller" else "its own"
-    # One rank leaves its turns to the engine thread; beyond one rank per core the caller may
-    # give up the turns before the response comes.
-    if mode == "engine" or np == 2:
-        assert f"rank {np - 1}: the engine failed in {where}" in result.stderr, result.stderr
+    # An async call is run by the engine thread. A blocking call's caller takes the turns only
+    # if the engine thread is not inside one at that moment, and gives them back after a spin
+    # without progress (one rank always leaves them to the engine thread): on a loaded machine
+    # either thread may run the failing response, and the message must name the one that did.
+    where = (
+        "its own thread"
+        if mode == "engine"
+        else ("(its own thread|thread 'MainThread', which waits for its call)")
+    )
+    assert re.search(f"rank {np - 1}: the engine failed in {where}", result.stderr), result.stderr
     assert "aborting the job so no rank hangs in a collective" in result.stderr
 
 
