@@ -82,10 +82,11 @@ def _launch(cluster, *command, options=(), settings=None, where=None, timeout=12
     ("options", "settings"),
     [
         ((), {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),  # the flat ring, through the launcher
-        (("--hierarchical-allreduce",), {}),
-        ((), {}),  # the default: hierarchical here, as the job spans hosts
+        # The default: hierarchical here, as the job spans hosts (what the launcher's
+        # --hierarchical-allreduce exports is checked in test_runner.py).
+        ((), {}),
     ],
-    ids=["flat", "hierarchical", "default"],
+    ids=["flat", "default"],
 )
 def test_allreduce_and_training_across_hosts(cluster, options, settings):
     names, _ = cluster
@@ -185,7 +186,10 @@ def test_a_host_that_stops_answering_ends_the_job_naming_it(cluster, mode):
 
 
 def test_a_slow_but_moving_transfer_does_not_trip_the_timeout(cluster):
-    """Links of 20 Mbit/s: each 16 MiB allreduce takes about 9 s, each 1 MiB chunk 0.4 s."""
+    """Links of 20 Mbit/s: a 16 MiB allreduce takes about 9 s, each of its chunks under 0.4 s.
+
+    Nearly twice the timeout in all, and the transfer never stops moving for long.
+    """
     names, _ = cluster
     for name in names:
         _tc(
@@ -205,14 +209,14 @@ def test_a_slow_but_moving_transfer_does_not_trip_the_timeout(cluster):
     try:
         done, _ = _launch(
             cluster,
-            str(SCRIPTS / "stalled_peer.py"), "none", "0", "2", "16",
+            str(SCRIPTS / "stalled_peer.py"), "none", "0", "1", "16",
             settings={"RINGTRAIN_COLLECTIVE_TIMEOUT": str(TIMEOUT)},
         )  # fmt: skip
     finally:
         for name in names:
             _tc(name, "del", "dev", "eth0", "root")
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    assert len(re.findall(r"all 2 steps right", done.stdout)) == sum(SLOTS)
+    assert len(re.findall(r"all 1 steps right", done.stdout)) == sum(SLOTS)
 
 
 def _tc(host, *args, check=True):

@@ -309,7 +309,8 @@ def test_dry_run_prints_the_exact_command(tmp_path, capsys, monkeypatch):
     hostfile = _hostfile(tmp_path, "node1 slots=2\nnode2:2\n")
     status = cli.main(
         ["-np", "4", "--hostfile", hostfile, "--fusion-threshold-mb", "32", "--dry-run",
-         "--mpi-args", "--mca btl tcp,self", "python", "train.py", "--tag", "two words"]
+         "--hierarchical-allreduce", "--mpi-args", "--mca btl tcp,self",
+         "python", "train.py", "--tag", "two words"]
     )  # fmt: skip
     printed = capsys.readouterr().out
     assert status == 0
@@ -317,7 +318,8 @@ def test_dry_run_prints_the_exact_command(tmp_path, capsys, monkeypatch):
         find_mpirun(), "-np", "4", "--allow-run-as-root", "--bind-to", "none",
         "--map-by", "slot", "--output", "tag", "--mca", "opal_abort_delay", "2",
         "--host", "node1:2,node2:2",
-        "-x", "RINGTRAIN_FUSION_THRESHOLD=33554432", "-x", "RINGTRAIN_STALL_CHECK_SECONDS=5",
+        "-x", "RINGTRAIN_FUSION_THRESHOLD=33554432",
+        "-x", "RINGTRAIN_HIERARCHICAL_ALLREDUCE=1", "-x", "RINGTRAIN_STALL_CHECK_SECONDS=5",
         "--mca", "btl", "tcp,self",
         "python", *GUARD, "train.py", "--tag", "two words",
     ]  # fmt: skip
