@@ -271,23 +271,35 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("script", "settings"),
+    ("script", "slots", "settings"),
     [
-        ("check_allreduce.py", {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),
-        ("check_allreduce.py", {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
-        ("check_collectives.py", {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
+        ("check_allreduce.py", SLOTS, {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),
+        # Hosts of different sizes: through the hosts' first ranks
+        ("check_allreduce.py", SLOTS, {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
+        # Hosts of one size: every rank carries its segment across hosts
+        ("check_allreduce.py", [2, 2], {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
+        ("check_collectives.py", SLOTS, {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
         # 16-bit values on the wire: bit for bit the simulated ring, within the error bound
         (
             "check_wire16.py",
+            SLOTS,
             {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0", "RINGTRAIN_RING_CHUNK_BYTES": "4096"},
         ),
     ],
-    ids=["allreduce-flat", "allreduce-hierarchical", "collectives", "compressed"],
+    ids=[
+        "allreduce-flat",
+        "allreduce-hierarchical",
+        "allreduce-hierarchical-2x2",
+        "collectives",
+        "compressed",
+    ],
 )
-def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, settings):
+def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, slots, settings):
     """Every dtype and op, lengths 0, 1 and uneven, each rank its own data, against NumPy."""
     names, _ = cluster
-    layout = ",".join(map(str, SLOTS))
+    layout = ",".join(map(str, slots))
+    hosts = ",".join(f"{name}:{count}" for name, count in zip(names, slots, strict=False))
+    where = ["-np", str(sum(slots)), "-H", hosts, "--start-timeout", "60"]
     netns.limit_links(names, "200mbit")
     try:
         done, _ = _launch(
@@ -295,6 +307,7 @@ def test_collectives_are_right_across_links_limited_to_200mbit(cluster, script, 
             str(CHECKS / script),
             layout,
             settings={**settings, "PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)])},
+            where=where,
         )
     finally:
         netns.unlimit_links(names)

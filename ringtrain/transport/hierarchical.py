@@ -1,16 +1,23 @@
-"""Hierarchical allreduce: reduce within each host, ring across hosts, broadcast within hosts.
+"""Hierarchical allreduce: reduce within each host, ring across hosts, share within hosts.
 
-Across hosts only one rank per host takes part, so the slow links between hosts carry
-``2(h-1)/h`` of the data for ``h`` hosts, instead of the flat ring's ``2(p-1)/p`` for ``p``
-ranks split over every link of the ring.
+Across hosts the links carry ``2(h-1)/h`` of the data for ``h`` hosts, instead of the flat
+ring's ``2(p-1)/p`` for ``p`` ranks split over every link of the ring.
 
-Every step is point-to-point messages in chunks (``messages.MessageTransport``): the ranks
-of a host first run the ring among themselves, so that each holds the host's reduction; the
-hosts' first ranks run the ring across hosts; each sends the result to the rest of its host
-in chunks. Each wait is for one chunk, so a rank that sleeps between polls (``progress``)
-slows a step by a sleep per chunk at most. MPI's non-blocking reduce and broadcast, which
-this used before, move only while every rank polls them: with sleeping polls, 2 hosts of 2
-ranks took 5 times as long for 16 MiB as with spinning ones.
+Where every host runs the same number ``m`` of ranks, the work is split ``m`` ways: the
+ranks of a host reduce-scatter among themselves, so that local rank ``i`` holds the host's
+sum of segment ``i``; the ranks with local rank ``i`` on every host run the ring across
+hosts on segment ``i``; then each rank hands its finished segment to the rest of its host.
+Each host's link carries the same bytes as with one rank per host crossing, but ``m``
+processes move and add them, and the steps within a host move each byte once instead of
+twice. Hosts of different sizes fall back to one rank per host: the host's ring gives
+each of its ranks the host's sum, the hosts' first ranks run the ring across hosts, and
+each sends the result to the rest of its host.
+
+Every step is point-to-point messages in chunks (``messages.MessageTransport``). Each wait
+is for one chunk, so a rank that sleeps between polls (``progress``) slows a step by a
+sleep per chunk at most. MPI's non-blocking reduce and broadcast, which this used before,
+move only while every rank polls them: with sleeping polls, 2 hosts of 2 ranks took 5 times
+as long for 16 MiB as with spinning ones.
 """
 
 import time
@@ -18,7 +25,6 @@ import time
 from mpi4py import MPI
 
 from ringtrain.ops import ReduceOp
-from ringtrain.transport.local import copy_scaled
 from ringtrain.transport.messages import MessageTransport
 from ringtrain.transport.schedule import segment_bounds
 
@@ -29,36 +35,61 @@ class HierarchicalAllreduce:
     def __init__(self, comm: MPI.Comm, topology, chunk_bytes: int, window_bytes: int, pool, waiter):
         rank = comm.Get_rank()
         self._host_count = topology.host_count
+        self._split = topology.homogeneous
         local = comm.Split(color=topology.host, key=rank)
-        self._local = MessageTransport(
-            local, chunk_bytes, window_bytes, pool, waiter, topology.local_ranks()
-        )
-        is_leader = local.Get_rank() == 0
-        cross = comm.Split(0 if is_leader else MPI.UNDEFINED, key=rank)
+        mates = topology.local_ranks()
+        self._local = MessageTransport(local, chunk_bytes, window_bytes, pool, waiter, mates)
+        position = local.Get_rank()
+        crosses = self._split or position == 0
+        cross = comm.Split(position if crosses else MPI.UNDEFINED, key=rank)
         self._across = None
-        if is_leader:
-            leaders = sorted(set(topology.hosts))
-            self._across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, leaders)
+        if crosses:
+            peers = [r for r in range(comm.Get_size()) if _position(topology.hosts, r) == position]
+            self._across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, peers)
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float, compression=None) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
-        ``compression`` (a 16-bit dtype, or None) applies to the ring across hosts only: the
+        ``compression`` (a 16-bit dtype, or None) applies to the rings across hosts only: the
         steps within each host stay in ``src``'s dtype. Returns the ``perf_counter_ns`` time
-        at which the reduction across hosts ended.
+        at which this rank's reduction across hosts ended.
         """
+        if self._host_count == 1:  # one host (of several ranks): its ring is the allreduce
+            local = self._local
+            return local.ring(src, dst, op, postscale, _bounds(dst, local.size), True)
+        if self._split:
+            return self._split_by_rank(src, dst, op, postscale, compression)
+        return self._through_leaders(src, dst, op, postscale, compression)
+
+    def _split_by_rank(self, src, dst, op, postscale, compression) -> int:
+        """Reduce-scatter within the host, ring across hosts per segment, allgather within."""
+        local, across = self._local, self._across
+        bounds = _bounds(dst, local.size)
+        lo, hi = bounds[local.rank]
+        if local.size > 1:
+            local.ring(src, dst, op, 1.0, bounds, False)
+            src = dst
+        reduced = time.perf_counter_ns()
+        if hi > lo:  # every rank of this ring has the same segment, empty or not
+            segment = dst[lo:hi]
+            reduced = across.ring(
+                src[lo:hi], segment, op, postscale, _bounds(segment, across.size), True, compression
+            )
+        if local.size > 1:
+            local.allgather_chunks(dst, bounds)
+        return reduced
+
+    def _through_leaders(self, src, dst, op, postscale, compression) -> int:
+        """Allreduce within the host, ring across the hosts' first ranks, send out within."""
         local, across = self._local, self._across
         if local.size > 1:
-            local.ring(src, dst, op, 1.0, segment_bounds(len(dst), local.size), True)
+            local.ring(src, dst, op, 1.0, _bounds(dst, local.size), True)
             src = dst
-        if self._host_count == 1:  # every rank holds the whole reduction already
-            copy_scaled(src, dst, postscale)
-            return time.perf_counter_ns()
+        reduced = time.perf_counter_ns()
         if across is not None:
-            bounds = segment_bounds(len(dst), across.size)
-            reduced = across.ring(src, dst, op, postscale, bounds, True, compression)
-        else:
-            reduced = time.perf_counter_ns()
+            reduced = across.ring(
+                src, dst, op, postscale, _bounds(dst, across.size), True, compression
+            )
         if local.size > 1:
             local.broadcast_chunks(dst, 0)
         return reduced
@@ -68,3 +99,12 @@ class HierarchicalAllreduce:
         if self._across is not None:
             self._across.comm.Free()
         self._local.comm.Free()
+
+
+def _bounds(array, parts):
+    return segment_bounds(len(array), parts)
+
+
+def _position(hosts, rank) -> int:
+    """Return ``rank``'s local rank: how many ranks before it share its host."""
+    return sum(1 for r in range(rank) if hosts[r] == hosts[rank])

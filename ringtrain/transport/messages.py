@@ -25,6 +25,7 @@ from ringtrain.transport.adasum import adasum
 _TAG = 7
 _ADASUM_TAG = 8
 _BROADCAST_TAG = 9
+_ALLGATHER_TAG = 10
 MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
 # A ring segment is cut into this many chunks, each of at most ``chunk_bytes`` and at least
 # MIN_CHUNK_BYTES: at 1 Gbit/s between two hosts a 4 MiB allreduce (2 MiB segments) ran at
@@ -158,6 +159,28 @@ class MessageTransport:
         else:
             receives = [self.comm.Irecv(array[lo:hi], root, _BROADCAST_TAG) for lo, hi in pieces]
             self._waiter.wait_all(receives, [self._ranks[root]], what)
+
+    def allgather_chunks(self, array, bounds) -> None:
+        """Give every rank each rank r's ``array[bounds[r]]`` (1-D, in place), in chunks.
+
+        Point-to-point messages, every receive posted at once, as ``broadcast_chunks``.
+        """
+        chunk = max(1, self.chunk_bytes // array.itemsize)
+        lo, hi = bounds[self.rank]
+        mine = schedule.chunks(lo, hi, chunk)
+        others = [r for r in range(self.size) if r != self.rank]
+        requests = [
+            self.comm.Irecv(array[start:stop], r, _ALLGATHER_TAG)
+            for r in others
+            for start, stop in schedule.chunks(*bounds[r], chunk)
+        ]
+        requests += [
+            self.comm.Isend(array[start:stop], r, _ALLGATHER_TAG)
+            for r in others
+            for start, stop in mine
+        ]
+        what = f"an allgather of {array.nbytes} bytes in chunks"
+        self._waiter.wait_all(requests, self._others(), what)
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""

@@ -1,9 +1,12 @@
 """The hierarchical allreduce with 16-bit values on its ring across hosts, on pretend hosts.
 
-The ranks are split into hosts of two (``Topology`` built by hand, so one machine runs it):
-each host reduces in float32 to its first rank, the first ranks run the compressed ring, and
-each host broadcasts the result. Compared bit for bit with float32 host sums run through
-``wire_ring.simulate``.
+The ranks are split into hosts of two (``Topology`` built by hand, so one machine runs it).
+Hosts of one size (-np 2 and 4) split the work: each host reduce-scatters in float32, the
+ranks with the same local rank run the compressed ring on their segment across hosts, and
+each host allgathers. Hosts of different sizes (-np 3) reduce in float32 to every rank of
+the host, the first ranks run the compressed ring, and each host broadcasts the result.
+Compared bit for bit with float32 host sums run through ``wire_ring.simulate``, per segment
+where the work is split.
 """
 
 import numpy as np
@@ -16,6 +19,7 @@ from ringtrain.buffers import BufferPool
 from ringtrain.ops import ReduceOp
 from ringtrain.topology import Topology
 from ringtrain.transport.router import Transport
+from ringtrain.transport.schedule import segment_bounds
 
 PER_HOST = 2
 
@@ -33,6 +37,17 @@ def pretend_hosts(comm) -> Topology:
     )  # fmt: skip
 
 
+def expected(host_sums, topology, postscale, wire):
+    """Return the compressed allreduce of ``host_sums``, as the hosts' rings run it."""
+    if not topology.homogeneous:
+        return simulate(host_sums, ReduceOp.Sum, postscale, wire)[0]
+    pieces = [
+        simulate([total[lo:hi] for total in host_sums], ReduceOp.Sum, postscale, wire)[0]
+        for lo, hi in segment_bounds(len(host_sums[0]), PER_HOST)
+    ]
+    return np.concatenate(pieces)
+
+
 def body():
     comm = MPI.COMM_WORLD
     r, n = comm.Get_rank(), comm.Get_size()
@@ -48,7 +63,7 @@ def body():
                     data[h] + data[h + 1] if h + 1 < n else data[h].copy()
                     for h in sorted(set(topology.hosts))
                 ]
-                want = simulate(host_sums, ReduceOp.Sum, postscale, wire)[0]
+                want = expected(host_sums, topology, postscale, wire)
                 got = np.empty(length, np.float32)
                 transport.allreduce(data[r], got, ReduceOp.Sum, postscale, wire)
                 what = f"{name} hierarchical {length} x{postscale}"
