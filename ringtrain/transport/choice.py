@@ -4,8 +4,10 @@ Measured (docs/benchmarks.md), the rules are:
 
 - Nothing to exchange (one rank, or no bytes): the call stays local.
 - Allreduce across hosts when some host runs several ranks (``hierarchical``): reduce within
-  each host, ring across the hosts, broadcast within each host. Splitting by host wins
-  across slow links between hosts, and loses to the flat ring within one host.
+  each host, ring across the hosts, share the result within each host (every rank of a host
+  carries its share across where the hosts run equally many ranks, else the hosts' first
+  ranks carry it all). Splitting by host wins across slow links between hosts, and loses to
+  the flat ring within one host.
 - Every rank on one host, with shared memory: calls that fit the shared-memory regions go
   through them (``SHARED``), except host calls of more than ``ATTACH_ABOVE_BYTES`` where
   every rank has a core of its own and peers may read each other's memory: those read
