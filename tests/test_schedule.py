@@ -36,27 +36,6 @@ def test_chunks():
     assert schedule.chunks(5, 5, 4) == []
 
 
-@pytest.mark.parametrize(
-    ("segment", "expected"),
-    [
-        (0, 16),  # no elements: the least chunk, never 0
-        (1, 16),
-        (100, 16),  # small segments: the least chunk, one piece
-        (1000, 125),  # cut into 8
-        (1001, 126),  # rounded up: 8 pieces at most
-        (10_000, 1000),  # capped at the most
-    ],
-)
-def test_pipeline_chunk_cuts_a_segment_into_depth_pieces_within_bounds(segment, expected):
-    assert schedule.pipeline_chunk(segment, most=1000, depth=8, least=16) == expected
-    assert len(schedule.chunks(0, segment, expected)) <= 8 or expected == 1000
-
-
-def test_pipeline_chunk_never_exceeds_the_most_nor_reaches_zero():
-    assert schedule.pipeline_chunk(10_000, most=4, depth=8, least=16) == 4
-    assert schedule.pipeline_chunk(0, most=0, depth=8, least=0) == 1
-
-
 def _simulate(size, length, allgather=True):
     """Run every rank's steps in lock step; return per-rank buffers and contribution sets."""
     bounds = schedule.segment_bounds(length, size)

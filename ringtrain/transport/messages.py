@@ -1,14 +1,14 @@
 """The MPI-message transport: every collective as MPI messages over one communicator.
 
 Only buffer (uppercase) calls are used: tensor data is never pickled. The ring allreduce
-cuts each segment into chunks (``PIPELINE_DEPTH`` of them, within ``chunk_bytes``); a chunk
-is forwarded to the right neighbour as soon as it has been received and reduced, while the
-next chunks are still in flight, so sending one piece overlaps reducing the previous one.
-Receives are posted ahead into reused scratch slots, as many as cover ``window_bytes`` (at
-least ``MIN_WINDOW``): MPI's TCP transport sends a large message only once its receive is
-posted and that news has crossed back, so the receives posted ahead must cover what the
-link holds in flight. Allgather, broadcast and alltoall are MPI's own collectives on bytes,
-and Adasum runs its exchange (``ringtrain.transport.adasum``) over the same communicator.
+cuts each segment into chunks; a chunk is forwarded to the right neighbour as soon as it
+has been received and reduced, while the next chunks are still in flight, so sending one
+piece overlaps reducing the previous one. Receives are posted ahead into reused scratch
+slots, as many as cover ``window_bytes`` (at least ``MIN_WINDOW``): MPI's TCP transport
+sends a large message only once its receive is posted and that news has crossed back, so
+the receives posted ahead must cover what the link holds in flight. Allgather, broadcast
+and alltoall are MPI's own collectives on bytes, and Adasum runs its exchange
+(``ringtrain.transport.adasum``) over the same communicator.
 """
 
 import time
@@ -27,11 +27,6 @@ _ADASUM_TAG = 8
 _BROADCAST_TAG = 9
 _ALLGATHER_TAG = 10
 MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
-# A ring segment is cut into this many chunks, each of at most ``chunk_bytes`` and at least
-# MIN_CHUNK_BYTES: at 1 Gbit/s between two hosts a 4 MiB allreduce (2 MiB segments) ran at
-# 0.80 of the link in 1 MiB chunks and 0.93 in 256 KiB ones (docs/benchmarks.md).
-PIPELINE_DEPTH = 8
-MIN_CHUNK_BYTES = 64 << 10
 
 
 class MessageTransport:
@@ -67,13 +62,7 @@ class MessageTransport:
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
         scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
-        itemsize = scratch_dtype.itemsize
-        chunk = schedule.pipeline_chunk(
-            max(hi - lo for lo, hi in bounds),
-            self.chunk_bytes // itemsize,
-            PIPELINE_DEPTH,
-            MIN_CHUNK_BYTES // itemsize,
-        )
+        chunk = max(1, self.chunk_bytes // scratch_dtype.itemsize)
         last_reduce = self.size - 2
         recvs = [
             (t, lo, hi)
@@ -81,7 +70,7 @@ class MessageTransport:
             for lo, hi in schedule.chunks(*bounds[step.recv], chunk)
         ]
         stride = min(chunk, len(src))
-        ahead = -(-self.window_bytes // (chunk * itemsize))
+        ahead = -(-self.window_bytes // (chunk * scratch_dtype.itemsize))
         window = min(max(MIN_WINDOW, ahead), len(recvs))
         scratch = self._pool.get("ring-scratch", window * stride, scratch_dtype)
         comm, right, left = self.comm, self._right, self._left

@@ -56,16 +56,6 @@ def ring_steps(rank: int, size: int, allgather: bool = True) -> list[Step]:
     return steps
 
 
-def pipeline_chunk(segment: int, most: int, depth: int, least: int) -> int:
-    """Return the chunk (in elements) that cuts a ``segment`` of elements into ``depth`` pieces.
-
-    At most ``most`` elements, and at least ``least`` (or 1): a ring hop can only be
-    forwarded once a chunk has arrived whole, so a segment of few chunks leaves the links
-    idle while the first fills, and one of many pays the per-message cost more often.
-    """
-    return max(1, min(most, max(least, -(-segment // depth))))
-
-
 def chunks(start: int, stop: int, chunk: int) -> list[tuple[int, int]]:
     """Cut the range [start, stop) into consecutive pieces of at most ``chunk`` elements."""
     return [(lo, min(lo + chunk, stop)) for lo in range(start, stop, chunk)]
