@@ -315,7 +315,12 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
         def grad(dy):
             averaged = _allreduce(dy, Average, 1.0, 1.0, _grad_name(name), process_set)
-            return averaged if api.rank() == root_rank else tf.zeros_like(averaged)
+            if api.rank() == root_rank:
+                return averaged
+            # A TensorFlow 1 graph runs only what the output depends on, and the root's
+            # Average needs every rank: the zeros wait for it.
+            with tf.control_dependencies([averaged]):
+                return tf.zeros_like(dy)
 
         return y, grad
 
@@ -334,8 +339,9 @@ def _broadcast_once(x, root_rank, name, process_set):
 def broadcast_(variables, root_rank, name=None, process_set=None):
     """Assign ``root_rank``'s value to each of ``variables`` in place; return their new values."""
     variables = list(variables)
-    broadcast_variables(variables, root_rank, process_set=process_set)
-    return [variable.read_value() for variable in variables]
+    # In a TensorFlow 1 graph nothing orders the reads after the assignments but this.
+    with tf.control_dependencies(_assign_broadcast(variables, root_rank, process_set)):
+        return [variable.read_value() for variable in variables]
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
@@ -514,7 +520,11 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
 
     ``inplace`` is Horovod's and changes nothing: the variables are always assigned to.
     """
-    variables = list(variables)
+    _assign_broadcast(list(variables), root_rank, process_set)
+
+
+def _assign_broadcast(variables, root_rank, process_set):
+    """Assign ``root_rank``'s values to ``variables``; return what each ``assign`` returned."""
     labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
     values = exchange.broadcast_tensors(
         [tf.convert_to_tensor(v) for v in variables],
@@ -523,8 +533,7 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
         root_rank,
         process_set,
     )
-    for variable, value in zip(variables, values, strict=True):
-        variable.assign(value)
+    return [variable.assign(value) for variable, value in zip(variables, values, strict=True)]
 
 
 def broadcast_global_variables(root_rank):
