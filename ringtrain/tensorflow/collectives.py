@@ -23,7 +23,7 @@ from ringtrain import api
 from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
 from ringtrain.process_sets import resolve
 from ringtrain.tensorflow import bridge, compat, errors, exchange
-from ringtrain.tensorflow.compression import Compression, for_engine
+from ringtrain.tensorflow.compression import Compression, around_reduction, for_engine
 
 
 def _grad_name(name, what="grad"):
@@ -112,13 +112,14 @@ def allreduce(
         return exchange.allreduce_gradients(
             [tensor], ["tensor"], name, op=op, compression=compression, process_set=process_set
         )[0]
-    wire, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    outside = around_reduction(compression)
+    wire, ctx = outside.compress(tf.convert_to_tensor(tensor))
     (wire,), op, prescale, postscale, finish = _integer_scaling(
         [wire], op, prescale_factor, postscale_factor, process_set
     )
     engine = for_engine(compression)
     reduced = _allreduce(wire, op, prescale, postscale, name, process_set, engine)
-    return compression.decompress(finish(reduced), ctx)
+    return outside.decompress(finish(reduced), ctx)
 
 
 def _allreduce(tensor, op, prescale, postscale, name, process_set, compression=None):
@@ -183,7 +184,8 @@ def grouped_allreduce(
         )
         results = _placed(results, sparse, reduced)
     if dense:
-        compressed = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
+        outside = around_reduction(compression)
+        compressed = [outside.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
         wires, group_op, prescale, postscale, finish = _integer_scaling(
             [wire for wire, _ in compressed], op, prescale_factor, postscale_factor, process_set
         )
@@ -191,7 +193,7 @@ def grouped_allreduce(
             wires, group_op, prescale, postscale, name, process_set, for_engine(compression)
         )
         reduced = [
-            compression.decompress(finish(y), ctx)
+            outside.decompress(finish(y), ctx)
             for y, (_, ctx) in zip(outputs, compressed, strict=True)
         ]
         results = _placed(results, dense, reduced)
@@ -461,14 +463,14 @@ def grouped_reducescatter(
     if not tensors:
         return []
     name = exchange.call_name(name, "grouped_reducescatter", process_set)
-    compressed = [compression.compress(t) for t in tensors]
+    outside = around_reduction(compression)
+    compressed = [outside.compress(t) for t in tensors]
     wires, group_op, prescale, postscale, finish = _integer_scaling(
         [wire for wire, _ in compressed], op, prescale_factor, postscale_factor, process_set
     )
     outputs = _reducescatter(wires, group_op, prescale, postscale, name, process_set)
     return [
-        compression.decompress(finish(y), ctx)
-        for y, (_, ctx) in zip(outputs, compressed, strict=True)
+        outside.decompress(finish(y), ctx) for y, (_, ctx) in zip(outputs, compressed, strict=True)
     ]
 
 
