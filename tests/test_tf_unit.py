@@ -19,15 +19,22 @@ from ringtrain.tensorflow import compat, compression, exchange  # noqa: E402
 from ringtrain.tensorflow.keras import optimizer as distributed  # noqa: E402
 
 
-def test_compression_strategies_are_the_cores_and_leave_tensors_to_the_wire():
-    assert compression.Compression is core_compression.Compression
+def test_compression_strategies_cast_as_horovod_and_leave_reductions_to_the_wire():
+    none = compression.Compression.none
+    assert none is core_compression.Compression.none
     x = tf.constant([1.5, -2.25, 1e-3], tf.float32)
-    for strategy in (compression.Compression.none, compression.Compression.fp16):
-        wire, ctx = strategy.compress(x)
-        assert wire is x and strategy.decompress(wire, ctx) is x
-    assert compression.by_name("bf16") is compression.Compression.bf16
-    assert compression.for_engine(compression.Compression.bf16) is compression.Compression.bf16
-    assert compression.for_engine(compression.Compression.none) is None
+    assert none.compress(x) == (x, None) and none.decompress(x, None) is x
+    for strategy, wire in (
+        (compression.Compression.fp16, tf.float16),
+        (compression.Compression.bf16, tf.bfloat16),
+    ):
+        assert strategy.wire_dtype == core_compression.by_name(strategy.name).wire_dtype
+        compressed, ctx = strategy.compress(x)
+        assert compressed.dtype == wire and strategy.decompress(compressed, ctx).dtype == x.dtype
+        assert compression.by_name(strategy.name) is strategy
+        assert compression.for_engine(strategy) is strategy
+        assert compression.around_reduction(strategy) is none
+    assert compression.for_engine(none) is None
 
     class OwnCast:  # Horovod-style, with no wire_dtype: it works in TensorFlow, as before
         @staticmethod
@@ -35,6 +42,7 @@ def test_compression_strategies_are_the_cores_and_leave_tensors_to_the_wire():
             return tf.cast(tensor, tf.float16), tensor.dtype
 
     assert compression.for_engine(OwnCast) is None
+    assert compression.around_reduction(OwnCast) is OwnCast
     with pytest.raises(ValueError, match="unknown compression"):
         compression.by_name("zip")
 

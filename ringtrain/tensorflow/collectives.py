@@ -23,7 +23,7 @@ from ringtrain import api
 from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
 from ringtrain.process_sets import resolve
 from ringtrain.tensorflow import bridge, compat, errors, exchange
-from ringtrain.tensorflow.compression import Compression, for_engine
+from ringtrain.tensorflow.compression import Compression, around_reduction, for_engine
 
 
 def _grad_name(name, what="grad"):
@@ -112,13 +112,14 @@ def allreduce(
         return exchange.allreduce_gradients(
             [tensor], ["tensor"], name, op=op, compression=compression, process_set=process_set
         )[0]
-    wire, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    outside = around_reduction(compression)
+    wire, ctx = outside.compress(tf.convert_to_tensor(tensor))
     (wire,), op, prescale, postscale, finish = _integer_scaling(
         [wire], op, prescale_factor, postscale_factor, process_set
     )
     engine = for_engine(compression)
     reduced = _allreduce(wire, op, prescale, postscale, name, process_set, engine)
-    return compression.decompress(finish(reduced), ctx)
+    return outside.decompress(finish(reduced), ctx)
 
 
 def _allreduce(tensor, op, prescale, postscale, name, process_set, compression=None):
@@ -183,7 +184,8 @@ def grouped_allreduce(
         )
         results = _placed(results, sparse, reduced)
     if dense:
-        compressed = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
+        outside = around_reduction(compression)
+        compressed = [outside.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
         wires, group_op, prescale, postscale, finish = _integer_scaling(
             [wire for wire, _ in compressed], op, prescale_factor, postscale_factor, process_set
         )
@@ -191,7 +193,7 @@ def grouped_allreduce(
             wires, group_op, prescale, postscale, name, process_set, for_engine(compression)
         )
         reduced = [
-            compression.decompress(finish(y), ctx)
+            outside.decompress(finish(y), ctx)
             for y, (_, ctx) in zip(outputs, compressed, strict=True)
         ]
         results = _placed(results, dense, reduced)
@@ -315,7 +317,12 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
         def grad(dy):
             averaged = _allreduce(dy, Average, 1.0, 1.0, _grad_name(name), process_set)
-            return averaged if api.rank() == root_rank else tf.zeros_like(averaged)
+            if api.rank() == root_rank:
+                return averaged
+            # A TensorFlow 1 graph runs only what the output depends on, and the root's
+            # Average needs every rank: the zeros wait for it.
+            with tf.control_dependencies([averaged]):
+                return tf.zeros_like(dy)
 
         return y, grad
 
@@ -334,8 +341,9 @@ def _broadcast_once(x, root_rank, name, process_set):
 def broadcast_(variables, root_rank, name=None, process_set=None):
     """Assign ``root_rank``'s value to each of ``variables`` in place; return their new values."""
     variables = list(variables)
-    broadcast_variables(variables, root_rank, process_set=process_set)
-    return [variable.read_value() for variable in variables]
+    # In a TensorFlow 1 graph nothing orders the reads after the assignments but this.
+    with tf.control_dependencies(_assign_broadcast(variables, root_rank, process_set)):
+        return [variable.read_value() for variable in variables]
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
@@ -455,14 +463,14 @@ def grouped_reducescatter(
     if not tensors:
         return []
     name = exchange.call_name(name, "grouped_reducescatter", process_set)
-    compressed = [compression.compress(t) for t in tensors]
+    outside = around_reduction(compression)
+    compressed = [outside.compress(t) for t in tensors]
     wires, group_op, prescale, postscale, finish = _integer_scaling(
         [wire for wire, _ in compressed], op, prescale_factor, postscale_factor, process_set
     )
     outputs = _reducescatter(wires, group_op, prescale, postscale, name, process_set)
     return [
-        compression.decompress(finish(y), ctx)
-        for y, (_, ctx) in zip(outputs, compressed, strict=True)
+        outside.decompress(finish(y), ctx) for y, (_, ctx) in zip(outputs, compressed, strict=True)
     ]
 
 
@@ -514,7 +522,11 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
 
     ``inplace`` is Horovod's and changes nothing: the variables are always assigned to.
     """
-    variables = list(variables)
+    _assign_broadcast(list(variables), root_rank, process_set)
+
+
+def _assign_broadcast(variables, root_rank, process_set):
+    """Assign ``root_rank``'s values to ``variables``; return what each ``assign`` returned."""
     labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
     values = exchange.broadcast_tensors(
         [tf.convert_to_tensor(v) for v in variables],
@@ -523,8 +535,7 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
         root_rank,
         process_set,
     )
-    for variable, value in zip(variables, values, strict=True):
-        variable.assign(value)
+    return [variable.assign(value) for variable, value in zip(variables, values, strict=True)]
 
 
 def broadcast_global_variables(root_rank):

@@ -26,7 +26,7 @@ from ringtrain.engine.messages import unnamed_name
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
-from ringtrain.tensorflow.compression import Compression, for_engine
+from ringtrain.tensorflow.compression import Compression, around_reduction, for_engine
 from ringtrain.tensorflow.errors import MismatchError
 from ringtrain.tensorflow.local_sources import LocalSources
 
@@ -112,10 +112,11 @@ def _gatherer(process_set):
 
 
 def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set):
-    wire, ctx = compression.compress(tf.convert_to_tensor(grad))
+    outside = around_reduction(compression)
+    wire, ctx = outside.compress(tf.convert_to_tensor(grad))
     start = _reducer(op, prescale, postscale, shared, process_set, for_engine(compression))
     part = _Part("", wire, start, wire.shape, reduces=True)
-    return _Plan(_DENSE, [part], lambda results: compression.decompress(results[0], ctx))
+    return _Plan(_DENSE, [part], lambda results: outside.decompress(results[0], ctx))
 
 
 def _sparse_plan(grad, op, compression, process_set):
@@ -128,7 +129,8 @@ def _sparse_plan(grad, op, compression, process_set):
             f"tf.IndexedSlices are exchanged by allgather, which supports op Sum or Average "
             f"only, not {op.name}; pass sparse_as_dense=True to reduce them densely"
         )
-    wire, ctx = compression.compress(values)
+    outside = around_reduction(compression)
+    wire, ctx = outside.compress(values)
     parts = [
         _Part(
             ".values",
@@ -147,9 +149,7 @@ def _sparse_plan(grad, op, compression, process_set):
     ]
 
     def finish(results):
-        return tf.IndexedSlices(
-            compression.decompress(results[0], ctx), results[1], grad.dense_shape
-        )
+        return tf.IndexedSlices(outside.decompress(results[0], ctx), results[1], grad.dense_shape)
 
     return _Plan(_SPARSE, parts, finish)
 

@@ -6,7 +6,7 @@ reference, and ``wire_ring.error_bound`` the allowed error.
 """
 
 import numpy as np
-from common import main, same_bits_everywhere
+from common import main, rank_data, same_bits_everywhere
 from mpi4py import MPI
 from tfsetup import configure, dataset, mlp
 from wire_ring import WIRES, error_bound, simulate
@@ -109,8 +109,24 @@ def check_optimizer():
         check_within_bound([-v.numpy() for v in variables], per_rank, name, f"optimizer {name}")
 
 
+def check_compressors_cast_as_horovod():
+    """Check that fp16 and bf16, called directly, cast floats to 16 bits and back as Horovod."""
+    r = hvd.rank()
+    for name, wire in (("fp16", tf.float16), ("bf16", tf.bfloat16)):
+        strategy = getattr(hvd.Compression, name)
+        for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.uint8, tf.bool):
+            tensor = tf.cast(tf.constant(rank_data(r, (3, 5), np.int32, salt=40)), dtype)
+            compressed, ctx = strategy.compress(tensor)
+            assert compressed.dtype == (wire if dtype.is_floating else dtype), (name, dtype)
+            back = strategy.decompress(compressed, ctx)
+            assert back.dtype == dtype, (name, dtype, back.dtype)
+            # Small integers survive 16 bits exactly.
+            assert np.array_equal(back.numpy(), tensor.numpy()), (name, dtype)
+
+
 def body():
     hvd.init()
+    check_compressors_cast_as_horovod()
     check_allreduce_is_the_simulated_ring()
     check_tape()
     check_optimizer()

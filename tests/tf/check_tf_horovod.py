@@ -339,6 +339,25 @@ def check_missing_api():
     )
 
 
+def check_graph_mode():
+    """In a TensorFlow 1 graph run by a Session: broadcast_'s values and the broadcast gradient."""
+    r, n = hvd.rank(), hvd.size()
+    root = n - 1
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        variable = tf.Variable(rank_data(r, (2, 3), np.float32, salt=70))
+        session.run(variable.initializer)
+        (value,) = session.run(hvd.broadcast_([variable], root, name="graph.broadcast_"))
+        assert_equal(value, rank_data(root, (2, 3), np.float32, salt=70), "graph broadcast_")
+        assert_equal(session.run(variable), value, "graph broadcast_ assigns the variable")
+        # Only the root's gradient uses the Average, but every rank must take part in it.
+        x = tf.constant(rank_data(r, (4,), np.float32, salt=71))
+        dy = tf.constant(rank_data(r, (4,), np.float32, salt=72))
+        (grad,) = tf.gradients(hvd.broadcast(x, root, name="graph.broadcast"), x, dy)
+        mean = np.mean([rank_data(k, (4,), np.float32, salt=72) for k in range(n)], axis=0)
+        want = mean if r == root else np.zeros(4, np.float32)
+        assert_equal(session.run(grad), want, "graph broadcast gradient")
+
+
 def body():
     hvd.init()
     for check in (
@@ -349,6 +368,7 @@ def body():
         check_scale_factors,
         check_grouped_allreduce,
         check_missing_api,
+        check_graph_mode,
     ):
         check()
         print(f"rank {hvd.rank()}: {check.__name__} OK", flush=True)
