@@ -4,6 +4,7 @@ import pytest
 
 from ringtrain.transport.choice import (
     ATTACH_ABOVE_BYTES,
+    RING_ALLGATHER_BYTES,
     Capabilities,
     Collective,
     Route,
@@ -23,6 +24,16 @@ def test_collectives_other_than_the_reductions_always_go_as_messages(collective)
     for capabilities in (ONE_HOST, Capabilities(size=1), Capabilities(size=4, hierarchical=True)):
         assert choose(collective, 0, True, capabilities) is Route.MESSAGES
         assert choose(collective, 10 * MiB, True, capabilities) is Route.MESSAGES
+
+
+def test_large_allgathers_across_hosts_take_the_message_ring():
+    across = Capabilities(size=4, hierarchical=True, across_hosts=True)
+    big = RING_ALLGATHER_BYTES
+    assert choose(Collective.ALLGATHER, big, True, across) is Route.RING
+    assert choose(Collective.ALLGATHER, big - 1, True, across) is Route.MESSAGES
+    assert choose(Collective.ALLGATHER, big, True, ONE_HOST) is Route.MESSAGES
+    for collective in (Collective.BROADCAST, Collective.ALLTOALL, Collective.ADASUM):
+        assert choose(collective, big, True, across) is Route.MESSAGES
 
 
 @pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.REDUCE_SCATTER])

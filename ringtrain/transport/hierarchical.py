@@ -76,7 +76,7 @@ class HierarchicalAllreduce:
                 src[lo:hi], segment, op, postscale, _bounds(segment, across.size), True, compression
             )
         if local.size > 1:
-            local.allgather_chunks(dst, bounds)
+            local.allgather_ring(dst, bounds)
         return reduced
 
     def _through_leaders(self, src, dst, op, postscale, compression) -> int:

@@ -6,8 +6,9 @@ has been received and reduced, while the next chunks are still in flight, so sen
 piece overlaps reducing the previous one. Receives are posted ahead into reused scratch
 slots, as many as cover ``window_bytes`` (at least ``MIN_WINDOW``): MPI's TCP transport
 sends a large message only once its receive is posted and that news has crossed back, so
-the receives posted ahead must cover what the link holds in flight. Allgather, broadcast
-and alltoall are MPI's own collectives on bytes, and Adasum runs its exchange
+the receives posted ahead must cover what the link holds in flight. Allgather is MPI's
+own collective on bytes, or the ring's allgather half (``allgatherv_ring``); broadcast and
+alltoall are MPI's own collectives on bytes, and Adasum runs its exchange
 (``ringtrain.transport.adasum``) over the same communicator.
 """
 
@@ -25,7 +26,6 @@ from ringtrain.transport.adasum import adasum
 _TAG = 7
 _ADASUM_TAG = 8
 _BROADCAST_TAG = 9
-_ALLGATHER_TAG = 10
 MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
 
 
@@ -58,12 +58,25 @@ class MessageTransport:
         cross as 16-bit values (``_Wire``). Returns the ``perf_counter_ns`` time at which the
         reduce-scatter part ended.
         """
-        backend = kernels.backend_for(dst)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
+        return self._ring(src, dst, op, postscale, bounds, steps, compression)
+
+    def allgather_ring(self, array, bounds) -> None:
+        """Give every rank each rank r's ``array[bounds[r]]`` (1-D, in place): a ring's allgather.
+
+        Each segment goes round the ring in chunks, forwarded as each chunk arrives.
+        """
+        if self.size > 1:
+            steps = schedule.ring_steps(self.rank, self.size)[self.size - 1 :]
+            self._ring(array, array, None, 1.0, bounds, steps)
+
+    def _ring(self, src, dst, op, postscale, bounds, steps, compression=None) -> int:
+        """Run ``steps`` of the ring (``schedule.ring_steps``); see ``ring``."""
+        backend = kernels.backend_for(dst)
         wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
         scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
         chunk = max(1, self.chunk_bytes // scratch_dtype.itemsize)
-        last_reduce = self.size - 2
+        last_reduce = sum(step.reduce for step in steps) - 1
         recvs = [
             (t, lo, hi)
             for t, step in enumerate(steps)
@@ -72,17 +85,21 @@ class MessageTransport:
         stride = min(chunk, len(src))
         ahead = -(-self.window_bytes // (chunk * scratch_dtype.itemsize))
         window = min(max(MIN_WINDOW, ahead), len(recvs))
-        scratch = self._pool.get("ring-scratch", window * stride, scratch_dtype)
+        reduces = last_reduce >= 0
+        scratch = None
+        if reduces:
+            scratch = self._pool.get("ring-scratch", window * stride, scratch_dtype)
         comm, right, left = self.comm, self._right, self._left
         # Sends whose source region a later allgather receive overwrites must finish before
         # that receive is posted: reduce-scatter forwards, and the first sends when the data
         # is reduced in place (or goes through the 16-bit copy, which receives overwrite).
+        # An allgather alone receives each segment once, into a region nothing sends from.
         first = schedule.chunks(*bounds[steps[0].send], chunk)
         first_sends = [
             comm.Isend(src[lo:hi] if wire is None else wire.narrow(lo, hi), right, _TAG)
             for lo, hi in first
         ]
-        in_place = wire is not None or np.may_share_memory(src, dst)
+        in_place = reduces and (wire is not None or np.may_share_memory(src, dst))
         hazard_sends = first_sends if in_place else []
         final_sends = [] if in_place else first_sends
         outgoing = dst if wire is None else wire.bits
@@ -149,32 +166,17 @@ class MessageTransport:
             receives = [self.comm.Irecv(array[lo:hi], root, _BROADCAST_TAG) for lo, hi in pieces]
             self._waiter.wait_all(receives, [self._ranks[root]], what)
 
-    def allgather_chunks(self, array, bounds) -> None:
-        """Give every rank each rank r's ``array[bounds[r]]`` (1-D, in place), in chunks.
-
-        Point-to-point messages, every receive posted at once, as ``broadcast_chunks``.
-        """
-        chunk = max(1, self.chunk_bytes // array.itemsize)
-        lo, hi = bounds[self.rank]
-        mine = schedule.chunks(lo, hi, chunk)
-        others = [r for r in range(self.size) if r != self.rank]
-        requests = [
-            self.comm.Irecv(array[start:stop], r, _ALLGATHER_TAG)
-            for r in others
-            for start, stop in schedule.chunks(*bounds[r], chunk)
-        ]
-        requests += [
-            self.comm.Isend(array[start:stop], r, _ALLGATHER_TAG)
-            for r in others
-            for start, stop in mine
-        ]
-        what = f"an allgather of {array.nbytes} bytes in chunks"
-        self._waiter.wait_all(requests, self._others(), what)
-
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
         request = self.comm.Iallgatherv([send, MPI.BYTE], [recv, (counts, displacements), MPI.BYTE])
         self._waiter.wait(request, self._others(), f"an allgather of {recv.nbytes} bytes")
+
+    def allgatherv_ring(self, send, recv, counts, displacements) -> None:
+        """Do what ``allgatherv`` does, through this transport's ring (``allgather_ring``)."""
+        bounds = [(start, start + n) for start, n in zip(displacements, counts, strict=True)]
+        lo, hi = bounds[self.rank]
+        recv[lo:hi] = send
+        self.allgather_ring(recv, bounds)
 
     def broadcast(self, buffer, root: int) -> None:
         """Overwrite the bytes ``buffer`` on every rank with ``root``'s."""

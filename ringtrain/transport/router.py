@@ -84,6 +84,7 @@ class Transport:
             attach_below=self.attach.limit_bytes if self.attach is not None else 0,
             core_each=self.size <= cores,
             hierarchical=hierarchical,
+            across_hosts=not topology.one_host,
         )
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0, compression=None) -> int:
@@ -143,7 +144,10 @@ class Transport:
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
-        self.messages.allgatherv(send, recv, counts, displacements)
+        if choose(Collective.ALLGATHER, recv.nbytes, False, self.capabilities) is Route.RING:
+            self.messages.allgatherv_ring(send, recv, counts, displacements)
+        else:
+            self.messages.allgatherv(send, recv, counts, displacements)
 
     def broadcast(self, buffer, root: int) -> None:
         """Overwrite the bytes ``buffer`` on every rank with ``root``'s."""

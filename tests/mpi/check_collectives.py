@@ -10,8 +10,27 @@ import time
 import ml_dtypes
 import numpy as np
 from common import OPS, assert_equal, expected, main, rank_data
+from mpi4py import MPI
 
 import ringtrain
+from ringtrain import settings, topology
+from ringtrain.buffers import BufferPool
+from ringtrain.transport.messages import displacements
+from ringtrain.transport.router import Transport
+
+
+def check_allgather_ring(r, n):
+    """Check the transport's own allgather ring in 5-byte chunks: 0, 1 and uneven bytes a rank."""
+    chosen = settings.read(ring_chunk_bytes=5)
+    comm = MPI.COMM_WORLD
+    transport = Transport(comm, topology.discover(comm), chosen, BufferPool())
+    for counts in ([0] * n, [1] * n, [7 * i for i in range(n)], [13 - i for i in range(n)]):
+        mine = rank_data(r, (counts[r],), np.uint8, sum(counts))
+        recv = np.zeros(sum(counts), np.uint8)
+        transport.messages.allgatherv_ring(mine, recv, counts, displacements(counts))
+        want = [rank_data(i, (counts[i],), np.uint8, sum(counts)) for i in range(n)]
+        assert_equal(recv, np.concatenate(want), f"allgather ring of {counts} bytes")
+    transport.free()
 
 
 def body():
@@ -116,6 +135,14 @@ def body():
                 raise AssertionError(f"{call.__name__}({bad!r}) was accepted")
         got = call([np.ones((n, 2))], name="grouped.checked")
         assert len(got) == 1, got
+
+    # An allgather of 4 MiB or more: across hosts it takes the message ring (transport.choice).
+    # Rank 0 contributes no rows, the others 100,003 float64 rows each.
+    shapes = [(100_003 * min(i, 1), 6) for i in range(n)]
+    got = ringtrain.allgather(rank_data(r, shapes[r], np.float64, 14), name="ag.big")
+    want = np.concatenate([rank_data(i, shapes[i], np.float64, 14) for i in range(n)])
+    assert_equal(got, want, "allgather of 4 MiB or more")
+    check_allgather_ring(r, n)
 
     # Objects.
     obj = ringtrain.broadcast_object({"epoch": 3, "from": r} if r == n - 1 else None, n - 1)
