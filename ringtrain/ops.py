@@ -21,12 +21,14 @@ Min = ReduceOp.Min
 Max = ReduceOp.Max
 Product = ReduceOp.Product
 
+_BY_VALUE = {int(o): o for o in ReduceOp}
+
 
 def as_reduce_op(op) -> ReduceOp:
     """Return ``op`` as a ReduceOp, or raise ValueError naming the bad value."""
     try:
-        return ReduceOp(op)
-    except ValueError:
+        return _BY_VALUE[op]  # what ReduceOp(op) finds, without its two calls per lookup
+    except (KeyError, TypeError):
         names = ", ".join(o.name for o in ReduceOp)
         raise ValueError(f"unknown reduction op {op!r}; expected one of {names}") from None
 

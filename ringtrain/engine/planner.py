@@ -17,7 +17,7 @@ from ringtrain.buffers import ALIGNMENT
 from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine.messages import member_shapes
 from ringtrain.engine.results import shareable
-from ringtrain.ops import ReduceOp
+from ringtrain.ops import ReduceOp, as_reduce_op
 from ringtrain.transport.messages import displacements
 
 
@@ -53,7 +53,7 @@ class Reduction(typing.NamedTuple):
 
 def reduction(meta, contributors: int) -> Reduction:
     """Return the reduction of ``meta`` (an allreduce or reduce-scatter) over ``contributors``."""
-    op = ReduceOp(meta.op)
+    op = as_reduce_op(meta.op)
     postscale = meta.postscale
     truncating_divide = False
     if op == ReduceOp.Average:

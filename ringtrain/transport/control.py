@@ -29,8 +29,9 @@ class ControlChannel:
 
     def submit(self, entries) -> None:
         """Send ``entries`` (a list of metas, cache ids, withdrawals...) to the coordinator."""
-        self._settle_sends()
-        self._sends.append(self._comm.isend(entries, 0, _TAG_REQUEST))
+        send = self._comm.isend(entries, 0, _TAG_REQUEST)
+        self._settle_sends()  # after the send: it waits for nothing older
+        self._sends.append(send)
 
     def submissions(self):
         """Return (rank, entries) for every submission that has reached the coordinator."""
@@ -47,9 +48,9 @@ class ControlChannel:
     def respond(self, wire) -> None:
         """Send ``wire`` (responses in their wire form) to every other rank, pickled once."""
         payload = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
-        self._settle_sends()
-        for dest in range(1, self.size):
-            self._sends.append(self._comm.isend(payload, dest, _TAG_RESPONSE))
+        sends = [self._comm.isend(payload, dest, _TAG_RESPONSE) for dest in range(1, self.size)]
+        self._settle_sends()  # after the sends: they wait for nothing older
+        self._sends += sends
 
     def responses(self):
         """Return the wire forms of every response that has reached this rank, in order."""
@@ -77,7 +78,7 @@ class ControlChannel:
         return received
 
     def _settle_sends(self) -> None:
-        """Forget the sends that have completed (before each new one: the list stays short)."""
+        """Forget the sends that have completed (at each new one: the list stays short)."""
         if self._sends:
             self._sends = [r for r in self._sends if not r.Test()]
 

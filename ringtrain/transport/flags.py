@@ -81,10 +81,12 @@ def wait_until(flags: np.ndarray, index: int, target: int, waiter) -> None:
     Flags only grow. Flag ``index`` belongs to rank ``index % waiter.size``; a peer that
     never gets there fails the wait after the waiter's timeout (``progress.Waiter``).
     """
+    if observe(flags, index) >= target:
+        return  # the commonest case: no wait at all
     for _ in range(SPINS):  # the common short wait, inline: no call of the waiter's per poll
+        os.sched_yield()
         if observe(flags, index) >= target:
             return
-        os.sched_yield()
     peer = [index % waiter.size]
     waiter.until(lambda: observe(flags, index) >= target, peer, "a ring through shared memory")
 

@@ -189,6 +189,8 @@ class SharedRing:
         self._shift = regions.capacity.bit_length()
         # Per rank, the segments it outputs in order (the first one is copied in).
         self._orders = np.array(schedule.outputs(self.size), np.int64)
+        # A few microseconds of checks a call, done once per kind of call instead.
+        self._operands = functools.lru_cache(maxsize=64)(self._checked_operands)
 
     def take_call(self) -> int:
         """Return the number of the call about to start (the attach ring numbers them too)."""
@@ -217,10 +219,10 @@ class SharedRing:
         # One that voted no knows the outcome already.
         shared = place is not None and regions.carried(call, base, self._waiter)
         dst = regions.destination(place, shared, src, dst, new)
-        op, scale = kernels.reduction_args(dst[:0], src[:0], src[:0], op, postscale)
-        table = self._regions.table(src.dtype)
+        op, scale, table, chunk = self._operands(
+            src.dtype, src.ndim, dst.dtype, dst.ndim, op, postscale
+        )
         limits = limits_of(tuple(bounds))
-        chunk = max(1, CHUNK_BYTES // src.itemsize)
         follow(
             _reduce_scatter, flags, self._waiter, rank, n, base, limits, self._orders, chunk,
             src, dst, table, half, op, scale, not allgather or shared,
@@ -234,6 +236,16 @@ class SharedRing:
             follow(_allgather, flags, self._waiter, rank, n, base, limits, chunk, dst, table, half)
         publish(flags, n + rank, call + 1)
         return dst, reduced
+
+    def _checked_operands(self, src_dtype, src_ndim, dst_dtype, dst_ndim, op, postscale):
+        """Return (op, scale, table, chunk) for ``run`` on arrays of these dtypes and ranks.
+
+        ``kernels.reduction_args`` checks them, on empty arrays of the same dtypes and ranks.
+        """
+        src, dst = np.empty((0,) * src_ndim, src_dtype), np.empty((0,) * dst_ndim, dst_dtype)
+        op, scale = kernels.reduction_args(dst, src, src, op, postscale)
+        chunk = max(1, CHUNK_BYTES // src.itemsize)
+        return op, scale, self._regions.table(src.dtype), chunk
 
 
 @functools.lru_cache(maxsize=256)
