@@ -4,9 +4,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from mpi_launch import launch
 
+import ringtrain
 from ringtrain.runner.locate import find_mpirun
 
 
@@ -58,3 +60,33 @@ def test_kernel_benchmark_reports_each_kernel_against_a_copy():
     for label in ("copy", "pack 200 tensors", "unpack 200", "pack float16->float32",
                   "reduce Sum"):  # fmt: skip
         assert f"{label}:" in done.stdout
+
+
+def test_compare_times_checkouts_in_turns_and_gives_each_case_a_ratio(tmp_path):
+    out = tmp_path / "rows.json"
+    here = str(Path(ringtrain.__file__).resolve().parent.parent)
+    command = [
+        sys.executable, "-m", "ringtrain.bench", "compare", here, here, "-np", "2",
+        "--rounds", "3", "--sizes", "4096", "--small-count", "2", "--batch-seconds", "0.01",
+        "--timeout", "150", "--json", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())
+    cases = [("single", 4096), ("single, read-only", 4096), ("2x16384 grouped", 2 * 16384)]
+    assert [(r["case"], r["bytes"]) for r in rows] == cases * 2
+    for row in rows:
+        assert row["ranks"] == 2 and row["rounds"] == 3 and row["median_us"] > 0
+    assert all(r["ratio_median"] == 1.0 for r in rows[:3])  # the first checkout against itself
+    assert "B/A" in done.stdout and f"A = {here}" in done.stdout
+
+
+def test_compare_names_a_folder_without_ringtrain(tmp_path):
+    here = str(Path(ringtrain.__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "ringtrain.bench", "compare", here, str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert f"{tmp_path} holds no ringtrain package" in done.stdout

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from ringtrain.bench import allreduce, cluster, kernels, train
+from ringtrain.bench import allreduce, cluster, compare, kernels, train
 
 
 def main(argv=None) -> int:
@@ -14,10 +14,12 @@ def main(argv=None) -> int:
     kernels.add_arguments(commands.add_parser("kernels", help=kernels.__doc__))
     cluster.add_arguments(commands.add_parser("cluster", help=cluster.__doc__.splitlines()[0]))
     train.add_arguments(commands.add_parser("train", help=train.__doc__.splitlines()[0]))
+    compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
     runs = {
         "allreduce": allreduce.run,
         "cluster": cluster.run,
+        "compare": compare.run,
         "kernels": kernels.run,
         "train": train.run,
     }

@@ -8,11 +8,9 @@ several ranks. The namespaces and every process in them are removed on any exit.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,21 +20,12 @@ import ringtrain
 from ringtrain.bench import netns
 from ringtrain.bench.allreduce import parse_sizes
 from ringtrain.bench.ceiling import tcp_ceiling
+from ringtrain.bench.children import EndedBySignalError, end_group, signals_raise
 
 PREFIX = "rtbench"
 DEFAULT_SIZES = [1 << 20, 4 << 20, 16 << 20]
 _PROG = "python -m ringtrain.bench cluster"
-_ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_GRACE = 5  # seconds a launch has to end after SIGTERM before it is killed
 _PACKAGE_ROOT = str(Path(ringtrain.__file__).resolve().parent.parent)
-
-
-class EndedBySignalError(Exception):
-    """A signal ended the run; the namespaces are removed as the stack unwinds."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"ended by {signal.Signals(signum).name}")
-        self.signum = signum
 
 
 def add_arguments(parser) -> None:
@@ -192,23 +181,11 @@ def _run_bounded(argv, env, timeout, what, folder):
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the benchmark on {what} ran past {timeout:g} s") from None
         finally:
-            _end_group(child)
+            end_group(child)
         if code != 0:
             output.seek(0)
             tail = "".join(output.readlines()[-40:])
             raise RuntimeError(f"the benchmark on {what} exited {code}; its output ends:\n{tail}")
-
-
-def _end_group(child):
-    """End ``child``'s session: SIGTERM, then SIGKILL after a grace period."""
-    if child.poll() is not None:
-        return
-    for how in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, how)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(_GRACE)
-            return
 
 
 def _link_fractions(row, result):
@@ -259,23 +236,6 @@ def _print_run(result, per_host, transport, rows):
         cells += [f"{row['busbw_ratio']:.2f}"]
         print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)), flush=True)
     print(flush=True)
-
-
-@contextlib.contextmanager
-def signals_raise():
-    """Turn SIGINT, SIGTERM and SIGHUP into ``EndedBySignalError``: cleanup runs as it unwinds."""
-
-    def end(signum, frame):
-        for each in _ENDING:  # a second signal must not cut the cleanup short
-            signal.signal(each, signal.SIG_IGN)
-        raise EndedBySignalError(signum)
-
-    before = {each: signal.signal(each, end) for each in _ENDING}
-    try:
-        yield
-    finally:
-        for each, handler in before.items():
-            signal.signal(each, handler)
 
 
 def _checked(parse):

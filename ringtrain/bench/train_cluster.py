@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ringtrain.bench import cluster, netns, train
+from ringtrain.bench.children import EndedBySignalError, signals_raise
 
 PREFIX = "rttrain"
 _PROG = "python -m ringtrain.bench train --hosts"
@@ -53,12 +54,12 @@ def run(args) -> int:
     args.np = args.hosts
     rows = []
     try:
-        with cluster.signals_raise(), netns.cluster(args.hosts, PREFIX) as hosts:
+        with signals_raise(), netns.cluster(args.hosts, PREFIX) as hosts:
             for rate in rates:
                 netns.unlimit_links(list(hosts), PREFIX)
                 netns.limit_links(list(hosts), rate, args.delay, PREFIX)
                 rows.extend(_measure_rate(args, hosts, rate))
-    except cluster.EndedBySignalError as ended:
+    except EndedBySignalError as ended:
         print(f"{_PROG}: {ended}; the test hosts are removed", file=sys.stderr)
         return 128 + ended.signum
     except (RuntimeError, TimeoutError) as error:  # a launch failed or ran past --timeout

@@ -133,39 +133,47 @@ def plan_allreduce(response, requests, size: int, direct_bytes: int, host: bool)
     wire = reduction_dtype(dtype)
     reduced = reduction(metas[0], size - len(response.joined))
     everyone = members(requests, metas)
+    sizes = [math.prod(m.shape) for m in everyone]
     # A tensor goes through the ring by itself when it is alone or at least a ring chunk
     # long: fusing it would save no messages. Every rank splits alike, from shapes and
     # settings that all ranks share (never from where its own data lives), and fuses
     # everything while some rank has joined, with no tensors to read.
-    alone = [
-        not response.joined
-        and (len(everyone) == 1 or math.prod(m.shape) * wire.itemsize >= direct_bytes)
-        for m in everyone
-    ]
+    if response.joined or len(everyone) == 1:
+        alone = [not response.joined] * len(everyone)
+    else:
+        alone = [size * wire.itemsize >= direct_bytes for size in sizes]
     # A host tensor that needs no widening is read in place, and the result written
     # where it goes: no copies through a fusion buffer.
     host_results = host and dtype == wire
     share = shareable(metas[0], dtype)
-    fused = tuple(i for i, a in enumerate(alone) if not a)
-    groups = [fused] if fused else []
-    groups += [(i,) for i, a in enumerate(alone) if a]
+    lone = [(i,) for i, a in enumerate(alone) if a]
+    if not lone:  # the common case of a fused response: every member in one unit
+        fused = tuple(range(len(everyone)))
+    else:
+        fused = tuple(i for i, a in enumerate(alone) if not a)
+    groups = [fused, *lone] if fused else lone
     units = tuple(
-        _unit(everyone, positions, not alone[positions[0]], host_results, share, wire)
+        _unit(everyone, sizes, positions, not alone[positions[0]], host_results, share, wire)
         for positions in groups
     )
     fill = identity(reduced.op, wire)
     return AllreducePlan(reduced, dtype, wire, host_results, fill, everyone, units)
 
 
-def _unit(everyone, positions, fused, host_results, share, wire) -> Unit:
-    """Return the unit of the members of ``everyone`` at ``positions``."""
-    chosen = tuple(everyone[i] for i in positions)
-    read_only = share and all(m.request.read_only for m in chosen if m.request is not None)
-    sizes = [math.prod(m.shape) for m in chosen]
+def _unit(everyone, sizes, positions, fused, host_results, share, wire) -> Unit:
+    """Return the unit of the members of ``everyone`` (of ``sizes``) at ``positions``."""
+    if len(positions) == len(everyone):
+        chosen, chosen_sizes = everyone, sizes
+    else:
+        chosen = tuple(everyone[i] for i in positions)
+        chosen_sizes = [sizes[i] for i in positions]
+    # A group's members share their request: each request is asked once.
+    requests = {id(m.request): m.request for m in chosen if m.request is not None}
+    read_only = share and all(r.read_only for r in requests.values())
     in_place = host_results and not fused
     # One tensor lies at 0; only a fusion buffer of several needs the aligned layout.
-    offsets = aligned_displacements(sizes, wire.itemsize) if len(sizes) > 1 else [0]
-    total = offsets[-1] + sizes[-1]
+    offsets = aligned_displacements(chosen_sizes, wire.itemsize) if len(chosen) > 1 else [0]
+    total = offsets[-1] + chosen_sizes[-1]
     return Unit(chosen, positions, fused, in_place, read_only, tuple(offsets), total)
 
 
@@ -185,13 +193,17 @@ def lone_host(request):
 
 def members(requests, metas) -> tuple:
     """Return the tensors of ``requests`` (of ``metas``, one per name) in order, as Members."""
-    return tuple(
-        Member(meta.name, request, shape, array, out)
-        for request, meta in zip(requests, metas, strict=True)
-        for shape, array, out in zip(
-            member_shapes(meta), *_arrays_and_outs(request, meta), strict=True
-        )
-    )
+    everyone = []
+    for request, meta in zip(requests, metas, strict=True):
+        shapes = member_shapes(meta)
+        arrays_, outs = _arrays_and_outs(request, meta)
+        if not len(shapes) == len(arrays_) == len(outs):
+            raise ValueError(
+                f"tensor {meta.name!r}: {len(shapes)} shapes for {len(arrays_)} arrays"
+            )
+        count = len(shapes)
+        everyone += map(Member, [meta.name] * count, [request] * count, shapes, arrays_, outs)
+    return tuple(everyone)
 
 
 def regroup(requests, outputs) -> list:

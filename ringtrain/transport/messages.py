@@ -12,6 +12,7 @@ alltoall are MPI's own collectives on bytes, and Adasum runs its exchange
 (``ringtrain.transport.adasum``) over the same communicator.
 """
 
+import itertools
 import time
 from collections import deque
 
@@ -248,4 +249,4 @@ class _Wire:
 
 def displacements(counts) -> list[int]:
     """Return the start offset of each count when the counts are laid end to end."""
-    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64).tolist()
+    return list(itertools.accumulate(map(int, counts[:-1]), initial=0))
