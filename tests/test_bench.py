@@ -17,20 +17,25 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
     command = [
         find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none",
         sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", "4096,65536",
-        "--seconds", "0.05", "--small-count", "4", "--adasum", "--json", str(out),
+        "--seconds", "0.05", "--small-count", "4", "--adasum", "--allgather", "--json", str(out),
     ]  # fmt: skip
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     done, _ = launch(command, 120, env=env)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())
     assert [(r["case"], r["bytes"]) for r in rows] == [
-        ("single", 4096), ("single, read-only", 4096), ("single, Adasum", 4096),
-        ("single", 65536), ("single, read-only", 65536), ("single, Adasum", 65536),
+        ("single", 4096), ("single, read-only", 4096), ("allgather", 4096),
+        ("single, Adasum", 4096),
+        ("single", 65536), ("single, read-only", 65536), ("allgather", 65536),
+        ("single, Adasum", 65536),
         ("4x16384 grouped", 4 * 16384), ("4x16384 async", 4 * 16384),
     ]  # fmt: skip
     for row in rows:
         assert row["ranks"] == 2 and row["ringtrain_us"] > 0 and row["mpi_us"] > 0
         assert row["busbw_ratio"] == row["mpi_us"] / row["ringtrain_us"]
+        # Each rank sends (n-1)/n of the bytes once in an allgather, twice in an allreduce.
+        moved = 0.5 if row["case"] == "allgather" else 1.0
+        assert row["ringtrain_busbw_GBps"] == row["ringtrain_algbw_GBps"] * moved
     assert "ratio" in done.stdout and "65536" in done.stdout
 
 

@@ -42,6 +42,12 @@ def add_arguments(parser) -> None:
         "no Adasum",
     )
     parser.add_argument(
+        "--allgather",
+        action="store_true",
+        help="also time an allgather per size (each rank gives size / ranks bytes), against "
+        "MPI_Allgather; bus bandwidth as nccl-tests: algbw * (n-1)/n",
+    )
+    parser.add_argument(
         "--compression",
         choices=["none", "fp16", "bf16"],
         default="none",
@@ -68,8 +74,9 @@ def _median_time(comm, step, budget, min_iters=5, max_iters=1000):
     return comm.allreduce(statistics.median(times), op=MPI.MAX)
 
 
-def _row(case, nbytes, n, ours, theirs):
-    factor = 2 * (n - 1) / n if n > 1 else 1.0
+def _row(case, nbytes, n, ours, theirs, moved=2):
+    """Return a row; ``moved``: how many times (n-1)/n of ``nbytes`` each rank sends."""
+    factor = moved * (n - 1) / n if n > 1 else 1.0
     return {
         "case": case,
         "bytes": nbytes,
@@ -81,7 +88,27 @@ def _row(case, nbytes, n, ours, theirs):
         "ringtrain_busbw_GBps": nbytes / ours / 1e9 * factor,
         "mpi_busbw_GBps": nbytes / theirs / 1e9 * factor,
         "busbw_ratio": theirs / ours,
+        "moved": moved,
     }
+
+
+def _allgather_row(comm, nbytes, seconds):
+    """Time an allgather of ``nbytes`` in all (float32, an equal share from each rank)."""
+    n = comm.Get_size()
+    share = np.full(nbytes // 4 // n, comm.Get_rank(), np.float32)
+    gathered = np.empty(len(share) * n, np.float32)
+
+    def ours():
+        ringtrain.allgather(share, name="bench.allgather")
+
+    def theirs():
+        comm.Allgather(share, gathered)
+
+    ringtrain_time = _median_time(comm, ours, seconds)
+    mpi_time = _median_time(comm, theirs, seconds)
+    if not np.array_equal(ringtrain.allgather(share, name="bench.allgather"), gathered):
+        raise AssertionError("ringtrain's allgather differs from MPI_Allgather's")
+    return _row("allgather", gathered.nbytes, n, ringtrain_time, mpi_time, moved=1)
 
 
 def run(args) -> int:
@@ -128,6 +155,8 @@ def run(args) -> int:
         if compression.wire_dtype is not None:
             compressed = _median_time(comm, ours_compressed, args.seconds)
             rows.append(_row(f"single, {compression.name}", nbytes, n, compressed, mpi))
+        if args.allgather:
+            rows.append(_allgather_row(comm, nbytes, args.seconds))
         if args.adasum:
             adasum = _median_time(comm, ours_adasum, args.seconds)
             rows.append(_row("single, Adasum", nbytes, n, adasum, mpi))
@@ -174,7 +203,10 @@ def run(args) -> int:
 
 
 def _print(rows):
-    print(f"ranks={rows[0]['ranks']}  medians; busbw as nccl-tests: algbw * 2(n-1)/n")
+    print(
+        f"ranks={rows[0]['ranks']}  medians; busbw as nccl-tests: algbw * 2(n-1)/n, and "
+        "(n-1)/n for allgather"
+    )
     print(
         f"{'case':>18} {'bytes':>11} {'ringtrain us':>13} {'MPI us':>10} "
         f"{'rt busbw GB/s':>14} {'MPI busbw GB/s':>15} {'ratio':>6}"

@@ -192,10 +192,11 @@ def _link_fractions(row, result):
     """Add to a benchmark row its bus bandwidth over the link rate and the TCP ceiling.
 
     Here bus bandwidth counts what each host's link must carry each way at the least,
-    ``2(h-1)/h`` of the buffer for ``h`` hosts, whatever the ranks per host.
+    ``moved * (h-1)/h`` of the buffer for ``h`` hosts, whatever the ranks per host: twice
+    for an allreduce, once for an allgather (the row's ``moved``).
     """
     hosts = result["hosts"]
-    bits = row["bytes"] * 8 * 2 * (hosts - 1) / hosts
+    bits = row["bytes"] * 8 * row["moved"] * (hosts - 1) / hosts
     fractions = {"link": result["rate_bits_per_s"], "tcp": result["tcp_ceiling_bits_per_s"]}
     extra = {}
     for name, ceiling in fractions.items():
@@ -215,7 +216,10 @@ def _print_header(result, note):
               f"{ceiling / rate:.3f} of the rate")  # fmt: skip
     else:
         print(note)
-    print("busbw counts 2(h-1)/h of the buffer per host link; ratio = MPI time / ringtrain's\n")
+    print(
+        "busbw counts 2(h-1)/h of the buffer per host link ((h-1)/h in an allgather); "
+        "ratio = MPI time / ringtrain's\n"
+    )
 
 
 def _print_run(result, per_host, transport, rows):
