@@ -26,7 +26,8 @@ Measured (docs/benchmarks.md), the rules are:
   42-44 ms against 51-53 for MPI's non-blocking allgather, 4 MiB 128-131 against 170-185;
   64 KiB took 1.8 ms against 1.3, and 64 bytes 0.9 against 0.5; at one rank per host the
   two were level. On one host MPI's own is faster at every size (-np 2, 1 MiB from each
-  rank: 190 us against 757 us).
+  rank: 190 us against 757 us). ``bench allreduce --allgather`` through ``bench cluster``
+  times the result against a blocking ``MPI_Allgather`` (docs/benchmarks.md).
 - Everything else, and broadcast, alltoall and Adasum always: MPI messages.
 """
 
