@@ -9,6 +9,7 @@ from pathlib import Path
 from mpi_launch import launch
 
 import ringtrain
+from ringtrain.bench.__main__ import main as bench_main
 from ringtrain.runner.locate import find_mpirun
 
 
@@ -87,11 +88,13 @@ def test_compare_times_checkouts_in_turns_and_gives_each_case_a_ratio(tmp_path):
     assert "B/A" in done.stdout and f"A = {here}" in done.stdout
 
 
-def test_compare_names_a_folder_without_ringtrain(tmp_path):
+def test_compare_refuses_what_it_cannot_run_naming_it(tmp_path, capsys):
     here = str(Path(ringtrain.__file__).resolve().parent.parent)
-    done = subprocess.run(
-        [sys.executable, "-m", "ringtrain.bench", "compare", here, str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 2
-    assert f"{tmp_path} holds no ringtrain package" in done.stdout
+    for extra, message in (
+        ([here, str(tmp_path)], f"{tmp_path} holds no ringtrain package"),
+        ([here], "give two or more checkouts"),
+        ([here, here, "--rounds", "0"], "--rounds must be 1 or more, got 0"),
+        ([here, here, "--batch-seconds", "0"], "--batch-seconds must be above 0, got 0"),
+    ):
+        assert bench_main(["compare", *extra]) == 2
+        assert message in capsys.readouterr().out, extra

@@ -63,6 +63,13 @@ def run(args) -> int:
     if len(args.checkouts) < 2:
         print(f"{_PROG}: give two or more checkouts to compare, got {args.checkouts}")
         return 2
+    for option, value in (("-np", args.np), ("--rounds", args.rounds)):
+        if value < 1:
+            print(f"{_PROG}: {option} must be 1 or more, got {value}")
+            return 2
+    if not args.batch_seconds > 0:
+        print(f"{_PROG}: --batch-seconds must be above 0, got {args.batch_seconds:g}")
+        return 2
     for path in args.checkouts:
         if not (Path(path) / "ringtrain" / "__init__.py").is_file():
             print(f"{_PROG}: {path} holds no ringtrain package ({path}/ringtrain/__init__.py)")
