@@ -29,6 +29,14 @@ _TAG = 7
 _ADASUM_TAG = 8
 _BROADCAST_TAG = 9
 MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
+# Sends of an uncompressed ring in flight to its peer at once (``_SendQueue``): one where
+# the link is slow, so that a chunk to forward waits behind no other; two where it is fast,
+# so that the link has the next one while a wait notices the last one's end. Measured with
+# ``bench cluster``, 1 rank per host: at 1 Gbit/s one gave 0.96 of the link from 4 MiB
+# where two gave 0.80-0.86; at 10 Gbit/s two gave 16 MiB in 16.7-17.5 ms where one took
+# 26.5-28.6 (and every send at once, as before, 19.0-22.9).
+SLOW_LINK_BYTES_PER_S = 250e6  # 2 Gbit/s: below it, a link is slow
+_TIMED_SEND_BYTES = 256 << 10  # smaller sends are not timed: their latency rules them
 
 
 class MessageTransport:
@@ -51,6 +59,7 @@ class MessageTransport:
         self._ranks = tuple(ranks)
         self._right = (self.rank + 1) % self.size
         self._left = (self.rank - 1) % self.size
+        self._link_rate = None  # bytes/s of this rank's last timed ring sends (None: none yet)
 
     def ring(self, src, dst, op, postscale, bounds, allgather, compression=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
@@ -92,11 +101,17 @@ class MessageTransport:
         if reduces:
             scratch = self._pool.get("ring-scratch", window * stride, scratch_dtype)
         comm, right, left = self.comm, self._right, self._left
-        # An uncompressed ring keeps one send in flight at a time, in ring order
-        # (``_SendQueue``). A compressed one rounds between its sends, and one at a time
-        # measured slower there (16 MiB fp16 at 1 Gbit/s: 108-113 ms against 80-86 with
-        # every send in flight), so it keeps them all in flight, as before.
-        depth = 1 if wire is None else len(recvs) + 1
+        # An uncompressed ring keeps one or two sends in flight, in ring order, by the rate
+        # its last sends went at (``SLOW_LINK_BYTES_PER_S``). A compressed one rounds between
+        # its sends, and one at a time measured slower there (16 MiB fp16 at 1 Gbit/s:
+        # 108-113 ms against 80-86 with every send in flight), so it keeps them all in
+        # flight, as before.
+        if wire is not None:
+            depth = len(recvs) + 1
+        elif self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
+            depth = 1
+        else:
+            depth = 2
         sends = _SendQueue(comm, right, _TAG, depth)
         # A send whose source region a later allgather receive overwrites must finish before
         # that receive is posted: ``hazard`` is the number of the last such send. Those are
@@ -149,6 +164,8 @@ class MessageTransport:
                     hazard = number
             post_ahead()
         sends.wait_for(sends.queued, self._waiter, right_peer, what)
+        if wire is None:  # every send in flight at once would time each behind the others
+            self._link_rate = sends.rate() or self._link_rate
         return reduce_scatter_end
 
     def broadcast_chunks(self, array, root: int) -> None:
@@ -223,18 +240,21 @@ class _SendQueue:
 
     Open MPI's TCP transport interleaves the messages queued to one peer, so a chunk that
     could be forwarded at once waited behind those queued with it: a 4 MiB allreduce across
-    two hosts at 1 Gbit/s took 40.5 ms, and 35.2 with one send at a time, where the link
-    allows 33.6 (docs/benchmarks.md, across hosts). The queue moves only while its owner
-    calls ``progress``, which every wait of the ring does.
+    two hosts at 1 Gbit/s took 40.5 ms with every send in flight, and 35.2 with one at a
+    time, where the link allows 33.6 (docs/benchmarks.md, across hosts). The queue moves
+    only while its owner calls ``progress``, which every wait of the ring does; it times
+    its larger sends (``rate``).
     """
 
     def __init__(self, comm: MPI.Comm, dest: int, tag: int, depth: int = 1):
         self._comm, self._dest, self._tag = comm, dest, tag
         self._depth = depth
         self._waiting = deque()
-        self._in_flight = deque()
+        self._in_flight = deque()  # (request, bytes, when it started)
         self.queued = 0  # sends given so far
         self.completed = 0  # sends that have completed, the first ones given
+        self._timed_bytes = 0
+        self._timed_seconds = 0.0
 
     def send(self, buffer) -> int:
         """Send ``buffer`` now if there is room in flight, else queue it; return its number.
@@ -243,21 +263,36 @@ class _SendQueue:
         """
         self.queued += 1
         if len(self._in_flight) < self._depth and not self._waiting:
-            self._in_flight.append(self._comm.Isend(buffer, self._dest, self._tag))
+            self._start(buffer)
         else:
             self._waiting.append(buffer)
             self.progress()
         return self.queued
 
+    def _start(self, buffer) -> None:
+        request = self._comm.Isend(buffer, self._dest, self._tag)
+        self._in_flight.append((request, buffer.nbytes, time.perf_counter()))
+
     def progress(self) -> bool:
         """Start the next send once the one in flight is done; return True once all are."""
         in_flight = self._in_flight
-        while in_flight and in_flight[0].Test():
-            in_flight.popleft()
+        while in_flight and in_flight[0][0].Test():
+            _, nbytes, started = in_flight.popleft()
             self.completed += 1
+            if nbytes >= _TIMED_SEND_BYTES:
+                self._timed_bytes += nbytes
+                self._timed_seconds += time.perf_counter() - started
         while self._waiting and len(in_flight) < self._depth:
-            in_flight.append(self._comm.Isend(self._waiting.popleft(), self._dest, self._tag))
+            self._start(self._waiting.popleft())
         return not in_flight and not self._waiting
+
+    def rate(self) -> float | None:
+        """Return the bytes per second of the timed sends so far, or None if none was timed.
+
+        A send's time runs from its start to when a wait notices its end, so a send that
+        waits behind another in flight counts slower than its link.
+        """
+        return self._timed_bytes / self._timed_seconds if self._timed_seconds > 0 else None
 
     def wait_for(self, number: int, waiter, peers, what: str) -> None:
         """Return once send ``number`` and those before it are done, waiting through ``waiter``.
@@ -265,7 +300,7 @@ class _SendQueue:
         The sends in flight are waited for one by one, and the queue moves on after each.
         """
         while self.completed < number:  # so a send is in flight: progress keeps one there
-            waiter.wait(self._in_flight[0], peers, what)
+            waiter.wait(self._in_flight[0][0], peers, what)
             self.progress()
 
     def received(self, request) -> bool:
