@@ -80,7 +80,7 @@ def run(args) -> int:
     except EndedBySignalError as ended:
         print(f"{_PROG}: {ended}; every job was ended", file=sys.stderr)
         return 128 + ended.signum
-    except RuntimeError as err:
+    except (RuntimeError, FileNotFoundError) as err:  # a job that failed; no mpirun found
         print(f"{_PROG}: {err}", file=sys.stderr)
         return 1
     rows = _rows(args.checkouts, results)

@@ -106,8 +106,9 @@ class MessageTransport:
         # its sends, and one at a time measured slower there (16 MiB fp16 at 1 Gbit/s:
         # 108-113 ms against 80-86 with every send in flight), so it keeps them all in
         # flight, as before.
+        first = schedule.chunks(*bounds[steps[0].send], chunk)
         if wire is not None:
-            depth = len(recvs) + 1
+            depth = len(first) + len(recvs)  # its first sends and a forward per receive, at most
         elif self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
             depth = 1
         else:
@@ -120,7 +121,7 @@ class MessageTransport:
         # every allgather forward in the queue, so waiting for them never waits on a
         # receive that this rank has yet to post. An allgather alone receives each segment
         # once, into a region nothing sends from.
-        for lo, hi in schedule.chunks(*bounds[steps[0].send], chunk):
+        for lo, hi in first:
             sends.send(src[lo:hi] if wire is None else wire.narrow(lo, hi))
         in_place = reduces and (wire is not None or np.may_share_memory(src, dst))
         hazard = sends.queued if in_place else 0
