@@ -224,6 +224,13 @@ def test_hierarchical_allreduce_on_one_host(np):
     check("check_engine.py", np, env=env)
 
 
+@pytest.mark.parametrize("np", [2, 3, 4, 6])
+def test_hierarchical_allreduce_on_pretend_hosts(np):
+    # -np 2: hosts of 1; 3: hosts of 2 and 1, through each host's first rank; 4 and 6: hosts
+    # of 2 and of 3, each rank fed its segment by its host's ranks while its ring crosses.
+    check("check_hierarchical_hosts.py", np, timeout=240)
+
+
 def test_a_burst_of_small_tensors_is_fused_into_few_ring_passes(tmp_path):
     path = tmp_path / "timeline.json"
     check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(path)})

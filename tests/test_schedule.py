@@ -103,3 +103,27 @@ def test_outputs_pass_each_segment_round_and_end_with_the_rank_s_own(size):
         left = outputs[(q - 1) % size]
         # What the left neighbour produced as output t is what this rank reduces next.
         assert outputs[q][1:] == left[:-1]
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize(("length", "chunk"), [(0, 4), (1, 4), (23, 4), (23, 100)])
+def test_a_ring_reads_each_input_piece_once_and_ends_each_output_piece_once(size, length, chunk):
+    bounds = schedule.segment_bounds(length, size)
+    for rank in range(size):
+        steps = schedule.ring_steps(rank, size)
+        first, recvs = schedule.ring_pieces(steps, bounds, chunk)
+        assert first == schedule.chunks(*bounds[steps[0].send], chunk)
+        reads = schedule.input_reads(rank, size, bounds, chunk)
+        outputs = schedule.output_order(rank, size, bounds, chunk)
+        for pieces in (reads, outputs):
+            covered = np.zeros(length, int)
+            for lo, hi in pieces:
+                assert 0 < hi - lo <= chunk
+                covered[lo:hi] += 1
+            assert (covered == 1).all(), (rank, pieces)
+        # The reads start with the first sends, then follow the receives that reduce; the
+        # outputs start with this rank's own segment, finished at the last reduce step.
+        assert reads[: len(first)] == first
+        own = schedule.chunks(*bounds[rank], chunk)
+        assert outputs[: len(own)] == own
+        assert sorted(reads) == sorted(outputs)

@@ -3,15 +3,15 @@
 Across hosts the links carry ``2(h-1)/h`` of the data for ``h`` hosts, instead of the flat
 ring's ``2(p-1)/p`` for ``p`` ranks split over every link of the ring.
 
-Where every host runs the same number ``m`` of ranks, the work is split ``m`` ways: the
-ranks of a host reduce-scatter among themselves, so that local rank ``i`` holds the host's
-sum of segment ``i``; the ranks with local rank ``i`` on every host run the ring across
-hosts on segment ``i``; then each rank hands its finished segment to the rest of its host.
-Each host's link carries the same bytes as with one rank per host crossing, but ``m``
-processes move and add them, and the steps within a host move each byte once instead of
-twice. Hosts of different sizes fall back to one rank per host: the host's ring gives
-each of its ranks the host's sum, the hosts' first ranks run the ring across hosts, and
-each sends the result to the rest of its host.
+Where every host runs the same number ``m`` of ranks, the work is split ``m`` ways: local
+rank ``i`` owns segment ``i``, and the ranks with local rank ``i`` on every host run the
+ring across hosts on it. The host's other ranks feed the owner their input for it, and
+take the result back, chunk by chunk while its ring runs (``owners``). Each host's link
+carries the same bytes as with one rank per host crossing, but ``m`` processes move and
+add them, and the steps within a host move each byte once instead of twice. Hosts of
+different sizes fall back to one rank per host: the host's ring gives each of its ranks
+the host's sum, the hosts' first ranks run the ring across hosts, and each sends the
+result to the rest of its host.
 
 Every step is point-to-point messages in chunks (``messages.MessageTransport``). Each wait
 is for one chunk, so a rank that sleeps between polls (``progress``) slows a step by a
@@ -25,6 +25,7 @@ import time
 from mpi4py import MPI
 
 from ringtrain.ops import ReduceOp
+from ringtrain.transport import owners
 from ringtrain.transport.messages import MessageTransport
 from ringtrain.transport.schedule import segment_bounds
 
@@ -36,6 +37,8 @@ class HierarchicalAllreduce:
         rank = comm.Get_rank()
         self._host_count = topology.host_count
         self._split = topology.homogeneous
+        self._host_index = sorted(set(topology.hosts)).index(topology.host)
+        self._pool, self._waiter = pool, waiter
         local = comm.Split(color=topology.host, key=rank)
         mates = topology.local_ranks()
         self._local = MessageTransport(local, chunk_bytes, window_bytes, pool, waiter, mates)
@@ -62,21 +65,31 @@ class HierarchicalAllreduce:
         return self._through_leaders(src, dst, op, postscale, compression)
 
     def _split_by_rank(self, src, dst, op, postscale, compression) -> int:
-        """Reduce-scatter within the host, ring across hosts per segment, allgather within."""
+        """Each rank reduces its segment from the host's, rings it across hosts, shares it.
+
+        The steps within the host run chunk by chunk beside the ring (``owners``).
+        """
         local, across = self._local, self._across
+        hosts, index = self._host_count, self._host_index
+        if local.size == 1:
+            return across.ring(src, dst, op, postscale, _bounds(dst, hosts), True, compression)
         bounds = _bounds(dst, local.size)
+        chunk = MessageTransport.chunk_elements(across.chunk_bytes, dst.dtype, compression)
+        pieces = [owners.segment_pieces(index, hosts, lo, hi, chunk) for lo, hi in bounds]
+        exchange = owners.Exchange(local, src, dst, pieces, self._waiter)
         lo, hi = bounds[local.rank]
-        if local.size > 1:
-            local.ring(src, dst, op, 1.0, bounds, False)
-            src = dst
         reduced = time.perf_counter_ns()
         if hi > lo:  # every rank of this ring has the same segment, empty or not
             segment = dst[lo:hi]
-            reduced = across.ring(
-                src[lo:hi], segment, op, postscale, _bounds(segment, across.size), True, compression
+            reads = [(a - lo, b - lo) for a, b in pieces[local.rank][0]]
+            feed = owners.OwnerFeed(
+                local, src[lo:hi], segment, op, reads, self._pool, self._waiter, exchange.advance
             )
-        if local.size > 1:
-            local.allgather_ring(dst, bounds)
+            reduced = across.ring(
+                segment, segment, op, postscale, _bounds(segment, hosts), True, compression, feed
+            )
+            feed.finish()
+        exchange.finish()
         return reduced
 
     def _through_leaders(self, src, dst, op, postscale, compression) -> int:

@@ -61,16 +61,24 @@ class MessageTransport:
         self._left = (self.rank - 1) % self.size
         self._link_rate = None  # bytes/s of this rank's last timed ring sends (None: none yet)
 
-    def ring(self, src, dst, op, postscale, bounds, allgather, compression=None) -> int:
+    def ring(self, src, dst, op, postscale, bounds, allgather, compression=None, feed=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
         ``dst[bounds[rank]]`` gets this rank's reduced segment; with ``allgather``, every
         segment. With ``compression`` (float16 or bfloat16, for float32 data) the chunks
-        cross as 16-bit values (``_Wire``). Returns the ``perf_counter_ns`` time at which the
+        cross as 16-bit values (``_Wire``). A ``feed`` (``owners.OwnerFeed``) fills each
+        piece of ``src`` just before the ring first reads it, and takes each piece of ``dst``
+        as soon as it is final. Returns the ``perf_counter_ns`` time at which the
         reduce-scatter part ended.
         """
         steps = schedule.ring_steps(self.rank, self.size, allgather)
-        return self._ring(src, dst, op, postscale, bounds, steps, compression)
+        return self._ring(src, dst, op, postscale, bounds, steps, compression, feed)
+
+    @staticmethod
+    def chunk_elements(chunk_bytes: int, dtype, compression=None) -> int:
+        """Return the elements of one chunk of a ring on ``dtype`` data (see ``ring``)."""
+        itemsize = np.dtype(dtype if compression is None else np.uint16).itemsize
+        return max(1, chunk_bytes // itemsize)
 
     def allgather_ring(self, array, bounds) -> None:
         """Give every rank each rank r's ``array[bounds[r]]`` (1-D, in place): a ring's allgather.
@@ -81,18 +89,14 @@ class MessageTransport:
             steps = schedule.ring_steps(self.rank, self.size)[self.size - 1 :]
             self._ring(array, array, None, 1.0, bounds, steps)
 
-    def _ring(self, src, dst, op, postscale, bounds, steps, compression=None) -> int:
+    def _ring(self, src, dst, op, postscale, bounds, steps, compression=None, feed=None) -> int:
         """Run ``steps`` of the ring (``schedule.ring_steps``); see ``ring``."""
         backend = kernels.backend_for(dst)
         wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
         scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
-        chunk = max(1, self.chunk_bytes // scratch_dtype.itemsize)
+        chunk = self.chunk_elements(self.chunk_bytes, dst.dtype, compression)
         last_reduce = sum(step.reduce for step in steps) - 1
-        recvs = [
-            (t, lo, hi)
-            for t, step in enumerate(steps)
-            for lo, hi in schedule.chunks(*bounds[step.recv], chunk)
-        ]
+        first, recvs = schedule.ring_pieces(steps, bounds, chunk)
         stride = min(chunk, len(src))
         ahead = -(-self.window_bytes // (chunk * scratch_dtype.itemsize))
         window = min(max(MIN_WINDOW, ahead), len(recvs))
@@ -106,7 +110,6 @@ class MessageTransport:
         # its sends, and one at a time measured slower there (16 MiB fp16 at 1 Gbit/s:
         # 108-113 ms against 80-86 with every send in flight), so it keeps them all in
         # flight, as before.
-        first = schedule.chunks(*bounds[steps[0].send], chunk)
         if wire is not None:
             depth = len(first) + len(recvs)  # its first sends and a forward per receive, at most
         elif self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
@@ -122,6 +125,8 @@ class MessageTransport:
         # receive that this rank has yet to post. An allgather alone receives each segment
         # once, into a region nothing sends from.
         for lo, hi in first:
+            if feed is not None:
+                feed.ready(lo, hi, sends.received)
             sends.send(src[lo:hi] if wire is None else wire.narrow(lo, hi))
         in_place = reduces and (wire is not None or np.may_share_memory(src, dst))
         hazard = sends.queued if in_place else 0
@@ -149,6 +154,8 @@ class MessageTransport:
         reduce_scatter_end = time.perf_counter_ns()
         while posted:
             request, t, lo, hi, target = posted.popleft()
+            if feed is not None and steps[t].reduce:
+                feed.ready(lo, hi, sends.received)
             until(functools.partial(sends.received, request), left_peer, what)
             if steps[t].reduce:
                 scale = postscale if t == last_reduce else 1.0
@@ -159,6 +166,8 @@ class MessageTransport:
                 reduce_scatter_end = time.perf_counter_ns()
             elif wire is not None:
                 wire.widen(lo, hi)
+            if feed is not None and t >= last_reduce:
+                feed.done(lo, hi)
             if t + 1 < len(steps):
                 number = sends.send(outgoing[lo:hi])
                 if t < last_reduce:
@@ -217,6 +226,10 @@ class MessageTransport:
             [recv, (got, displacements(got)), MPI.BYTE],
         )
         self._waiter.wait(request, self._others(), f"an alltoall of {recv.nbytes} bytes in")
+
+    def peer(self, rank: int) -> int:
+        """Return the waiter's rank of this communicator's rank ``rank``."""
+        return self._ranks[rank]
 
     def _others(self) -> list[int]:
         """Return the waiter's ranks of every other rank: whom a collective may wait for."""

@@ -61,6 +61,38 @@ def chunks(start: int, stop: int, chunk: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + chunk, stop)) for lo in range(start, stop, chunk)]
 
 
+def ring_pieces(steps: list[Step], bounds, chunk: int):
+    """Return the chunks a ring sends first, and the (step, lo, hi) it receives, in order.
+
+    ``bounds`` are the segments' (start, stop); ``chunk`` is in elements.
+    """
+    first = chunks(*bounds[steps[0].send], chunk)
+    recvs = [
+        (t, lo, hi) for t, step in enumerate(steps) for lo, hi in chunks(*bounds[step.recv], chunk)
+    ]
+    return first, recvs
+
+
+def input_reads(rank: int, size: int, bounds, chunk: int) -> list[tuple[int, int]]:
+    """Return the pieces of its input that ``rank``'s ring (with allgather) reads, in order.
+
+    Each piece is read once: sent at the first step, or combined with a received one.
+    """
+    steps = ring_steps(rank, size)
+    first, recvs = ring_pieces(steps, bounds, chunk)
+    return first + [(lo, hi) for t, lo, hi in recvs if steps[t].reduce]
+
+
+def output_order(rank: int, size: int, bounds, chunk: int) -> list[tuple[int, int]]:
+    """Return the pieces of ``rank``'s output in the order its ring (with allgather) ends them.
+
+    Its own segment ends as each piece is reduced at the last reduce step; every other
+    segment as each piece of it arrives in the allgather.
+    """
+    _, recvs = ring_pieces(ring_steps(rank, size), bounds, chunk)
+    return [(lo, hi) for t, lo, hi in recvs if t >= size - 2]
+
+
 def outputs(size: int) -> list[list[int]]:
     """Return, per rank, the segments it produces in order when it reads its left neighbour.
 

@@ -1,40 +1,27 @@
 """The hierarchical allreduce with 16-bit values on its ring across hosts, on pretend hosts.
 
 The ranks are split into hosts of two (``Topology`` built by hand, so one machine runs it).
-Hosts of one size (-np 2 and 4) split the work: each host reduce-scatters in float32, the
-ranks with the same local rank run the compressed ring on their segment across hosts, and
-each host allgathers. Hosts of different sizes (-np 3) reduce in float32 to every rank of
-the host, the first ranks run the compressed ring, and each host broadcasts the result.
+Hosts of one size (-np 2 and 4) split the work: each rank owns a segment, reduced from its
+host's ranks in float32 chunk by chunk while the ranks with the same local rank run the
+compressed ring on it across hosts, and hands it back to them. Hosts of different sizes
+(-np 3) reduce in float32 to every rank of the host, the first ranks run the compressed
+ring, and each host broadcasts the result.
 Compared bit for bit with float32 host sums run through ``wire_ring.simulate``, per segment
 where the work is split.
 """
 
 import numpy as np
-from common import main, rank_data, same_bits_everywhere
+from common import main, pretend_hosts, rank_data, same_bits_everywhere
 from mpi4py import MPI
 from wire_ring import WIRES, simulate
 
 from ringtrain import settings
 from ringtrain.buffers import BufferPool
 from ringtrain.ops import ReduceOp
-from ringtrain.topology import Topology
 from ringtrain.transport.router import Transport
 from ringtrain.transport.schedule import segment_bounds
 
 PER_HOST = 2
-
-
-def pretend_hosts(comm) -> Topology:
-    """Return the topology of ``comm`` as if every ``PER_HOST`` ranks shared a host."""
-    r, n = comm.Get_rank(), comm.Get_size()
-    hosts = tuple(i - i % PER_HOST for i in range(n))
-    local = [i for i in range(n) if hosts[i] == hosts[r]]
-    leaders = sorted(set(hosts))
-    names = tuple(f"host{h}" for h in hosts)
-    return Topology(
-        r, n, local.index(r), len(local), leaders.index(hosts[r]), len(leaders), hosts, names,
-        tuple(range(n)),
-    )  # fmt: skip
 
 
 def expected(host_sums, topology, postscale, wire):
@@ -51,7 +38,7 @@ def expected(host_sums, topology, postscale, wire):
 def body():
     comm = MPI.COMM_WORLD
     r, n = comm.Get_rank(), comm.Get_size()
-    topology = pretend_hosts(comm)
+    topology = pretend_hosts(comm, PER_HOST)
     chosen = settings.read(hierarchical_allreduce=True, ring_chunk_bytes=256)
     transport = Transport(comm, topology, chosen, BufferPool())
     assert transport.capabilities.hierarchical

@@ -9,7 +9,7 @@ import numpy as np
 import ringtrain
 from ringtrain import settings
 from ringtrain.buffers import BufferPool
-from ringtrain.topology import discover
+from ringtrain.topology import Topology, discover
 from ringtrain.transport.router import Transport
 
 DTYPES = [
@@ -110,6 +110,19 @@ def same_bits_everywhere(array, what):
     digest = np.ascontiguousarray(array).view(np.uint8).tobytes()
     everyone = MPI.COMM_WORLD.allgather(digest)
     assert all(d == everyone[0] for d in everyone), f"{what}: ranks hold different bits"
+
+
+def pretend_hosts(comm, per_host) -> Topology:
+    """Return the topology of ``comm`` as if every ``per_host`` ranks shared a host."""
+    r, n = comm.Get_rank(), comm.Get_size()
+    hosts = tuple(i - i % per_host for i in range(n))
+    local = [i for i in range(n) if hosts[i] == hosts[r]]
+    leaders = sorted(set(hosts))
+    names = tuple(f"host{h}" for h in hosts)
+    return Topology(
+        r, n, local.index(r), len(local), leaders.index(hosts[r]), len(leaders), hosts, names,
+        tuple(range(n)),
+    )  # fmt: skip
 
 
 def transport(comm, **overrides):
