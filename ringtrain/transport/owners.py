@@ -78,8 +78,8 @@ class OwnerFeed:
         """
         self._meanwhile()
         dst, first = self._dst[lo:hi], self._src[lo:hi]
-        for request, slot in self._posted.popleft():
-            self._waiter.until(lambda request=request: received(request), self._peers, self._what)
+        for peer, (request, slot) in zip(self._peers, self._posted.popleft(), strict=True):
+            self._waiter.until(lambda request=request: received(request), [peer], self._what)
             self._backend.reduce(dst, first, self._slots[slot][: hi - lo], self._op, 1.0)
             first = dst
         self._taken += 1
