@@ -37,7 +37,6 @@ class HierarchicalAllreduce:
         rank = comm.Get_rank()
         self._host_count = topology.host_count
         self._split = topology.homogeneous
-        self._host_index = sorted(set(topology.hosts)).index(topology.host)
         self._pool, self._waiter = pool, waiter
         local = comm.Split(color=topology.host, key=rank)
         mates = topology.local_ranks()
@@ -70,12 +69,13 @@ class HierarchicalAllreduce:
         The steps within the host run chunk by chunk beside the ring (``owners``).
         """
         local, across = self._local, self._across
-        hosts, index = self._host_count, self._host_index
+        hosts = self._host_count
         if local.size == 1:
             return across.ring(src, dst, op, postscale, _bounds(dst, hosts), True, compression)
         bounds = _bounds(dst, local.size)
         chunk = MessageTransport.chunk_elements(across.chunk_bytes, dst.dtype, compression)
-        pieces = [owners.segment_pieces(index, hosts, lo, hi, chunk) for lo, hi in bounds]
+        # The ring of each local rank's segment runs at this host's place in it: across.rank.
+        pieces = [owners.segment_pieces(across.rank, hosts, lo, hi, chunk) for lo, hi in bounds]
         exchange = owners.Exchange(local, src, dst, pieces, self._waiter)
         lo, hi = bounds[local.rank]
         reduced = time.perf_counter_ns()

@@ -44,8 +44,7 @@ class OwnerFeed:
         self._comm, self._waiter, self._meanwhile = local.comm, waiter, meanwhile
         self._src, self._dst, self._op = src, dst, op
         self._backend = kernels.backend_for(dst)
-        self._mates = [r for r in range(local.size) if r != local.rank]
-        self._peers = [local.peer(r) for r in self._mates]
+        self._mates, self._peers = _mates(local)
         self._reads = reads
         stride = max((hi - lo for lo, hi in reads), default=0)
         self._window = min(_AHEAD, len(reads))
@@ -109,8 +108,7 @@ class Exchange:
 
     def __init__(self, local, src, dst, pieces, waiter):
         self._comm, self._dst, self._waiter = local.comm, dst, waiter
-        self._mates = [r for r in range(local.size) if r != local.rank]
-        self._peers = [local.peer(r) for r in self._mates]
+        self._mates, self._peers = _mates(local)
         self._sends = {
             owner: {
                 (lo, hi): self._comm.Isend(src[lo:hi], owner, _UP_TAG)
@@ -136,3 +134,9 @@ class Exchange:
         what = f"a host's share of {self._dst.nbytes} bytes among its ranks"
         self._waiter.until(self.advance, self._peers, what)
         self._waiter.wait_all(self._receives, self._peers, what)
+
+
+def _mates(local):
+    """Return the other ranks of the host: in ``local``'s communicator, and the waiter's."""
+    mates = [r for r in range(local.size) if r != local.rank]
+    return mates, [local.peer(r) for r in mates]
