@@ -224,6 +224,12 @@ def test_hierarchical_allreduce_on_one_host(np):
     check("check_engine.py", np, env=env)
 
 
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_large_calls_across_hosts_choose_one_chunk_on_every_rank(np):
+    # -np 1 is one host, where nothing crosses a link: the check expects no choice there.
+    check("check_link_chunk.py", np, timeout=240)
+
+
 @pytest.mark.parametrize("np", [2, 3, 4, 6])
 def test_hierarchical_allreduce_on_pretend_hosts(np):
     # -np 2: hosts of 1; 3: hosts of 2 and 1, through each host's first rank; 4 and 6: hosts

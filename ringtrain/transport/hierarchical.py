@@ -44,10 +44,10 @@ class HierarchicalAllreduce:
         position = local.Get_rank()
         crosses = self._split or position == 0
         cross = comm.Split(position if crosses else MPI.UNDEFINED, key=rank)
-        self._across = None
+        self.across = None  # this rank's ring across hosts, where it runs one
         if crosses:
             peers = [r for r in range(comm.Get_size()) if _position(topology.hosts, r) == position]
-            self._across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, peers)
+            self.across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, peers)
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float, compression=None) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
@@ -68,12 +68,12 @@ class HierarchicalAllreduce:
 
         The steps within the host run chunk by chunk beside the ring (``owners``).
         """
-        local, across = self._local, self._across
+        local, across = self._local, self.across
         hosts = self._host_count
         if local.size == 1:
             return across.ring(src, dst, op, postscale, _bounds(dst, hosts), True, compression)
         bounds = _bounds(dst, local.size)
-        chunk = MessageTransport.chunk_elements(across.chunk_bytes, dst.dtype, compression)
+        chunk = across.chunk_elements(dst.dtype, compression)
         # The ring of each local rank's segment runs at this host's place in it: across.rank.
         pieces = [owners.segment_pieces(across.rank, hosts, lo, hi, chunk) for lo, hi in bounds]
         exchange = owners.Exchange(local, src, dst, pieces, self._waiter)
@@ -94,7 +94,7 @@ class HierarchicalAllreduce:
 
     def _through_leaders(self, src, dst, op, postscale, compression) -> int:
         """Allreduce within the host, ring across the hosts' first ranks, send out within."""
-        local, across = self._local, self._across
+        local, across = self._local, self.across
         if local.size > 1:
             local.ring(src, dst, op, 1.0, _bounds(dst, local.size), True)
             src = dst
@@ -109,8 +109,8 @@ class HierarchicalAllreduce:
 
     def free(self) -> None:
         """Free the per-host and across-host communicators."""
-        if self._across is not None:
-            self._across.comm.Free()
+        if self.across is not None:
+            self.across.comm.Free()
         self._local.comm.Free()
 
 

@@ -36,6 +36,10 @@ MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
 # where two gave 0.80-0.86; at 10 Gbit/s two gave 16 MiB in 16.7-17.5 ms where one took
 # 26.5-28.6 (and every send at once, as before, 19.0-22.9).
 SLOW_LINK_BYTES_PER_S = 250e6  # 2 Gbit/s: below it, a link is slow
+# On a slow link, the bytes of an uncompressed ring's sends in flight: one 1 MiB chunk, or
+# two of the 128 KiB chunks that ``link_chunk`` may choose there. At 1 Gbit/s, 2 hosts x
+# 2 ranks, 16 MiB took 150-164 ms with two in flight and 179-183 with four (one run each).
+SLOW_LINK_IN_FLIGHT_BYTES = 256 << 10
 _TIMED_SEND_BYTES = 256 << 10  # smaller sends are not timed: their latency rules them
 
 
@@ -53,6 +57,7 @@ class MessageTransport:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.chunk_bytes = chunk_bytes
+        self.link_chunk_bytes = chunk_bytes  # an uncompressed ring's chunk (see ``link_chunk``)
         self.window_bytes = window_bytes
         self._pool = pool
         self._waiter = waiter
@@ -74,11 +79,15 @@ class MessageTransport:
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         return self._ring(src, dst, op, postscale, bounds, steps, compression, feed)
 
-    @staticmethod
-    def chunk_elements(chunk_bytes: int, dtype, compression=None) -> int:
-        """Return the elements of one chunk of a ring on ``dtype`` data (see ``ring``)."""
-        itemsize = np.dtype(dtype if compression is None else np.uint16).itemsize
-        return max(1, chunk_bytes // itemsize)
+    def chunk_elements(self, dtype, compression=None) -> int:
+        """Return the elements of one chunk of a ring on ``dtype`` data (see ``ring``).
+
+        An uncompressed ring cuts ``link_chunk_bytes``; a compressed one ``chunk_bytes``,
+        because smaller chunks made it slower (docs/benchmarks.md, 16-bit values).
+        """
+        if compression is None:
+            return max(1, self.link_chunk_bytes // np.dtype(dtype).itemsize)
+        return max(1, self.chunk_bytes // np.dtype(np.uint16).itemsize)
 
     def allgather_ring(self, array, bounds) -> None:
         """Give every rank each rank r's ``array[bounds[r]]`` (1-D, in place): a ring's allgather.
@@ -94,7 +103,7 @@ class MessageTransport:
         backend = kernels.backend_for(dst)
         wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
         scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
-        chunk = self.chunk_elements(self.chunk_bytes, dst.dtype, compression)
+        chunk = self.chunk_elements(dst.dtype, compression)
         last_reduce = sum(step.reduce for step in steps) - 1
         first, recvs = schedule.ring_pieces(steps, bounds, chunk)
         stride = min(chunk, len(src))
@@ -105,15 +114,15 @@ class MessageTransport:
         if reduces:
             scratch = self._pool.get("ring-scratch", window * stride, scratch_dtype)
         comm, right, left = self.comm, self._right, self._left
-        # An uncompressed ring keeps one or two sends in flight, in ring order, by the rate
-        # its last sends went at (``SLOW_LINK_BYTES_PER_S``). A compressed one rounds between
-        # its sends, and one at a time measured slower there (16 MiB fp16 at 1 Gbit/s:
-        # 108-113 ms against 80-86 with every send in flight), so it keeps them all in
-        # flight, as before.
+        # An uncompressed ring keeps ``SLOW_LINK_IN_FLIGHT_BYTES`` of sends in flight (one
+        # send at least) where its last sends went slower than ``SLOW_LINK_BYTES_PER_S``,
+        # and two sends elsewhere, in ring order. A compressed one rounds between its
+        # sends, and one at a time measured slower there (16 MiB fp16 at 1 Gbit/s: 108-113
+        # ms against 80-86 with every send in flight), so it keeps them all in flight.
         if wire is not None:
             depth = len(first) + len(recvs)  # its first sends and a forward per receive, at most
         elif self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
-            depth = 1
+            depth = max(1, SLOW_LINK_IN_FLIGHT_BYTES // (chunk * scratch_dtype.itemsize))
         else:
             depth = 2
         sends = _SendQueue(comm, right, _TAG, depth)

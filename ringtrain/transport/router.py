@@ -26,6 +26,7 @@ from ringtrain.transport.choice import (
     hierarchical_wanted,
 )
 from ringtrain.transport.hierarchical import HierarchicalAllreduce
+from ringtrain.transport.link_chunk import LinkChunkChoice
 from ringtrain.transport.local import copy_scaled
 from ringtrain.transport.messages import MessageTransport
 from ringtrain.transport.progress import Waiter
@@ -39,7 +40,7 @@ class Transport:
     """Every collective of one rank over a duplicate of ``comm``; see the module docstring.
 
     Built collectively over ``comm``, whose ``topology`` it is. How calls run must match on
-    every rank, so rank 0's ``settings`` (ring chunk and window, shared-memory sizes,
+    every rank, so rank 0's ``settings`` (ring chunk, its trial and window, shared-memory sizes,
     hierarchical, the collective timeout) win. ``pool`` holds the scratch buffers.
     """
 
@@ -50,9 +51,10 @@ class Transport:
         hierarchical = hierarchical_wanted(
             settings.hierarchical_allreduce, topology.host_count, topology.most_per_host
         )
-        chunk, window, shared_bytes, result_bytes, hierarchical, timeout = comm.bcast(
+        chunk, trial, window, shared_bytes, result_bytes, hierarchical, timeout = comm.bcast(
             (
                 settings.ring_chunk_bytes,
+                settings.ring_chunk_trial,
                 settings.ring_window_bytes,
                 settings.shared_memory_bytes,
                 settings.shared_result_bytes,
@@ -77,6 +79,11 @@ class Transport:
             if regions.available:
                 self.shared = SharedRing(comm, regions, self.waiter)
                 self.attach = AttachRing.create(comm, regions, pool, self.waiter)
+        self.link_chunks = None  # one host, where no ring crosses a link, or no trial
+        if trial and not topology.one_host:
+            across = self.hierarchical.across if self.hierarchical is not None else None
+            crossing = [self.messages, across]
+            self.link_chunks = LinkChunkChoice(comm, self.waiter, chunk, crossing)
         cores = comm.allreduce(os.cpu_count() or 1, op=MPI.MIN) if self.attach else 0
         self.capabilities = Capabilities(
             size=self.size,
@@ -139,8 +146,17 @@ class Transport:
             call = self.shared.take_call()
             return self.attach.run(src, dst, op, postscale, bounds, allgather, call)[1]
         if route is Route.HIERARCHICAL:
-            return self.hierarchical.allreduce(src, dst, op, postscale, compression)
-        return self.messages.ring(src, dst, op, postscale, bounds, allgather, compression)
+            call = functools.partial(
+                self.hierarchical.allreduce, src, dst, op, postscale, compression
+            )
+        else:
+            call = functools.partial(
+                self.messages.ring, src, dst, op, postscale, bounds, allgather, compression
+            )
+        if self.link_chunks is None:  # one host
+            return call()
+        trial = allgather and compression is None  # a compressed ring keeps its chunk
+        return self.link_chunks.run(src.nbytes, call, trial)
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
