@@ -34,7 +34,7 @@ class Settings:
     ring_chunk_bytes: int = 1024 * 1024
     # Where a job spans hosts, its first calls of 8 MiB and more try 128 KiB chunks across
     # hosts beside this chunk, and every rank keeps the faster (transport.link_chunk). At
-    # 1 Gbit/s, 2 hosts x 2 ranks, that took 16 MiB from 167 ms to 158; off: never tried.
+    # 1 Gbit/s, 2 hosts x 2 ranks, that took 16 MiB from 166 ms to 154; off: never tried.
     ring_chunk_trial: bool = True
     # The message ring posts receives ahead until they cover this many bytes (at least 4
     # chunks). MPI's TCP transport starts sending a large message only once the peer's

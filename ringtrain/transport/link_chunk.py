@@ -21,9 +21,9 @@ import numpy as np
 from mpi4py import MPI
 
 SMALL_CHUNK_BYTES = 128 << 10
-# At 1 Gbit/s, 2 hosts x 2 ranks, 128 KiB chunks took 16 MiB from 170 ms to 151 and 8 MiB
-# from 85 to 79 (medians of three), but 1 and 4 MiB 5% slower; at 10 Gbit/s they took
-# 16 MiB from 26 ms to 55.
+# At 1 Gbit/s, 2 hosts x 2 ranks, 128 KiB chunks took 16 MiB from 166 ms to 154 and 8 MiB
+# from 86 to 80 (medians of six), but 1 and 4 MiB about 5% slower; at 10 Gbit/s they took
+# 16 MiB from 26 ms to 55 (docs/benchmarks.md).
 TRIAL_FROM_BYTES = 8 << 20
 TRIAL_CALLS = 6  # calls timed with each chunk
 MARGIN = 0.05  # the small chunk must be this much faster to be taken
