@@ -283,6 +283,8 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
         # on pretend hosts, tests/mpi/check_wire16_hosts.py.)
         ("check_allreduce.py", [2, 2], {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
         ("check_collectives.py", SLOTS, {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "1"}),
+        # the chunk across hosts of calls of 8 MiB and more, tried both ways and agreed on
+        ("check_link_chunk.py", [2, 2], {}),
         # 16-bit values on the wire: bit for bit the simulated ring, within the error bound
         (
             "check_wire16.py",
@@ -294,6 +296,7 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
         "allreduce-flat",
         "allreduce-hierarchical-2x2",
         "collectives",
+        "chunk-trial",
         "compressed",
     ],
 )
