@@ -76,4 +76,9 @@ class LinkChunkChoice:
         rank = self._comm.Get_rank()
         others = [r for r in range(self._comm.Get_size()) if r != rank]
         self._waiter.wait(request, others, "the choice of the chunk across hosts")
-        return self._candidates[1 if slowest[1] < slowest[0] * (1 - MARGIN) else 0]
+        return self._candidates[1 if small_is_faster(*slowest) else 0]
+
+
+def small_is_faster(setting_time: float, small_time: float) -> bool:
+    """Return True if the small chunk's time beats the setting's by more than ``MARGIN``."""
+    return small_time < setting_time * (1 - MARGIN)
