@@ -153,7 +153,7 @@ class Transport:
             call = functools.partial(
                 self.messages.ring, src, dst, op, postscale, bounds, allgather, compression
             )
-        if self.link_chunks is None:  # one host
+        if self.link_chunks is None:  # one host, or the trial turned off
             return call()
         trial = allgather and compression is None  # a compressed ring keeps its chunk
         return self.link_chunks.run(src.nbytes, call, trial)
