@@ -4,9 +4,9 @@ On the job's hosts where it spans several, else on pretend hosts (``common.prete
 flat and hierarchical: the first calls of at least ``TRIAL_FROM_BYTES`` alternate between
 the ring chunk setting and the small chunk, each rank's data its own and every result
 against NumPy, in place and not; then every rank must hold the same choice, and later
-calls, large and small, stay right. A setting no larger than the small chunk leaves
-nothing to choose, rank 0 turning the trial off turns it off everywhere, and one host
-(-np 1) has no choice.
+calls, large and small, stay right, each cut as chosen. A setting no larger than the
+small chunk leaves nothing to choose, rank 0 turning the trial off turns it off
+everywhere, and one host (-np 1) has no choice.
 """
 
 import numpy as np
@@ -57,17 +57,23 @@ def body():
         choice = transport.link_chunks
         assert choice is not None and choice.chosen is None, "a choice before any call"
         trials = 2 * link_chunk.TRIAL_CALLS
+        candidates = (chosen.ring_chunk_bytes, link_chunk.SMALL_CHUNK_BYTES)
         for number in range(trials):
             allreduce_checked(transport, comm, LARGE, number)
+            cut = transport.messages.link_chunk_bytes
+            assert cut == candidates[number % 2], f"trial call {number} cut {cut}"
             allreduce_checked(transport, comm, 1 + number * 7, number)  # small: not timed
+            cut = transport.messages.link_chunk_bytes
+            assert cut == chosen.ring_chunk_bytes, f"a small call cut {cut}"
             done = number == trials - 1
             assert (choice.chosen is not None) == done, f"chosen {choice.chosen} after {number}"
-        candidates = (chosen.ring_chunk_bytes, link_chunk.SMALL_CHUNK_BYTES)
         assert choice.chosen in candidates, f"chose {choice.chosen}, not one of {candidates}"
         everyone = comm.allgather(choice.chosen)
         assert len(set(everyone)) == 1, f"the ranks chose apart: {everyone}"
         for number in range(trials, trials + 3):
             allreduce_checked(transport, comm, LARGE + number, number)
+            cut = transport.messages.link_chunk_bytes
+            assert cut == choice.chosen, f"a call after the choice of {choice.chosen} cut {cut}"
             allreduce_checked(transport, comm, number - trials, number)  # 0, 1, 2
         transport.free()
     # Rank 0's setting wins: with the trial off there, no rank tries.
