@@ -3,15 +3,15 @@
 A chunk is the size of each message of a ring, so every rank of a ring must cut the same
 pieces (the sends in flight, by contrast, each rank sets alone). Small chunks fill a slow
 link that two streams share; on a fast link they cost the overhead of each message
-(docs/benchmarks.md, "The chunk across hosts"). Neither a ring's rate nor a probe of the
-link told the two apart on 2 cores, where polling paces a fast link, so the calls choose:
-the first ``2 * TRIAL_CALLS`` calls of at least ``TRIAL_FROM_BYTES`` alternate between the
-ring chunk setting and ``SMALL_CHUNK_BYTES``, and every rank then takes the one whose
-slowest rank's median time per byte was lower (by ``MARGIN``, or the setting stays). The
-call's size decides whether a call takes part, never a segment's, so every rank cuts
-alike; smaller calls keep the setting. The rings of other collectives that a transport
-runs without a call here (an allgather) cut what the last call set, on every rank alike.
-The ``ring_chunk_trial`` setting turns the trial off.
+(docs/benchmarks.md, "The chunk across hosts is chosen by timing"). Neither a ring's rate
+nor a probe of the link told the two apart on 2 cores, where polling paces a fast link,
+so the calls choose: the first ``2 * TRIAL_CALLS`` calls of at least ``TRIAL_FROM_BYTES``
+alternate between the ring chunk setting and ``SMALL_CHUNK_BYTES``, and every rank then
+takes the one whose slowest rank's median time per byte was lower (by ``MARGIN``, or the
+setting stays). The call's size decides whether a call takes part, never a segment's, so
+every rank cuts alike; smaller calls keep the setting. The rings of other collectives that
+a transport runs without a call here (an allgather) cut what the last call set, on every
+rank alike. The ``ring_chunk_trial`` setting turns the trial off.
 """
 
 import statistics
