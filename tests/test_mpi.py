@@ -11,6 +11,8 @@ import time
 import pytest
 from mpi_launch import check, run
 
+from ringtrain.capabilities import cuda_built
+
 WORLDS = [1, 2, 3, 4]
 
 
@@ -116,7 +118,7 @@ def test_tensors_of_a_ring_chunk_or_more_skip_the_fusion_buffer(np):
     # share a fusion buffer; groups split across both, and joined ranks fuse everything.
     env = {"RINGTRAIN_RING_CHUNK_BYTES": "1024"}
     check("check_engine.py", np, env=env)
-    check("check_cuda_sim.py", np, env={**env, "NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
+    check("check_device_arrays.py", np, env={**env, "NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
 
 
 @pytest.mark.parametrize("np", WORLDS)
@@ -214,7 +216,14 @@ def test_init_on_rank_lists_and_user_communicators(np):
 
 @pytest.mark.parametrize("np", [2, 3])
 def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
-    check("check_cuda_sim.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
+    check("check_device_arrays.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
+
+
+@pytest.mark.skipif(not cuda_built(), reason="numba finds no GPU here (CI has none)")
+@pytest.mark.parametrize("np", WORLDS)
+def test_device_arrays_through_the_engine_on_a_gpu(np):
+    # Every rank on the one GPU; 1 KiB chunks also send the larger tensors alone.
+    check("check_device_arrays.py", np, env={"RINGTRAIN_RING_CHUNK_BYTES": "1024"}, timeout=180)
 
 
 @pytest.mark.parametrize("np", [3, 4])

@@ -1,4 +1,9 @@
-"""ringtrain's allreduce against MPI_Allreduce on the same float32 buffers, in one run."""
+"""ringtrain's allreduce against MPI_Allreduce on the same float32 buffers, in one run.
+
+With ``--device cuda`` the buffers lie in GPU memory (numba device arrays). MPI's contender
+then stages them through host memory around ``MPI_Allreduce``, as Horovod does on a GPU
+without NCCL: a copy to the host, the allreduce, a copy back.
+"""
 
 import json
 import statistics
@@ -8,6 +13,7 @@ import numpy as np
 
 import ringtrain
 from ringtrain.compression import by_name
+from ringtrain.kernels import is_device_array
 
 _KIB = 1024
 DEFAULT_SIZES = [4 * _KIB * 4**k for k in range(9)]  # 4 KiB .. 256 MiB
@@ -53,6 +59,13 @@ def add_arguments(parser) -> None:
         default="none",
         help="also time each size with this 16-bit compression on the wire (a row 'single, "
         "fp16'), against MPI's float32 Sum; bandwidths count the float32 bytes",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the buffers lie: 'cuda' puts them in GPU memory, and MPI's contender "
+        "stages them through host memory",
     )
 
 
@@ -117,6 +130,7 @@ def run(args) -> int:
     # registered in the same command line, must not do.
     from mpi4py import MPI
 
+    place = _placement(args)
     ringtrain.init()
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
@@ -124,9 +138,9 @@ def run(args) -> int:
     compression = by_name(args.compression)
     for nbytes in args.sizes:
         count = nbytes // 4
-        src = np.random.default_rng(comm.Get_rank()).random(count, dtype=np.float32)
-        out = np.empty_like(src)
-        recv = np.empty_like(src)
+        src = place(np.random.default_rng(comm.Get_rank()).random(count, dtype=np.float32))
+        out = place(np.empty(count, np.float32))
+        recv = place(np.empty(count, np.float32))
 
         def ours(src=src, out=out):
             ringtrain.allreduce(src, op=ringtrain.Sum, out=out, name="bench")
@@ -142,8 +156,7 @@ def run(args) -> int:
         def ours_adasum(src=src, out=out):
             ringtrain.allreduce(src, op=ringtrain.Adasum, out=out, name="bench.adasum")
 
-        def theirs(src=src, recv=recv):
-            comm.Allreduce(src, recv, op=MPI.SUM)
+        theirs = _mpi_allreduce(comm, src, recv)
 
         single = _median_time(comm, ours, args.seconds)
         mpi = _median_time(comm, theirs, args.seconds)
@@ -162,12 +175,13 @@ def run(args) -> int:
             rows.append(_row("single, Adasum", nbytes, n, adasum, mpi))
         del src, out, recv
 
-    small = [
+    hosted = [
         np.random.default_rng(i).random(args.small_bytes // 4, dtype=np.float32)
         for i in range(args.small_count)
     ]
-    joined = np.concatenate(small)
-    joined_out = np.empty_like(joined)
+    small = [place(t) for t in hosted]
+    joined = place(np.concatenate(hosted))
+    one_mpi = _mpi_allreduce(comm, joined, place(np.empty(joined.size, np.float32)))
 
     def grouped():
         ringtrain.synchronize(ringtrain.grouped_allreduce_async(small, op=ringtrain.Sum, name="g"))
@@ -180,14 +194,11 @@ def run(args) -> int:
         for h in handles:
             ringtrain.synchronize(h)
 
-    def one_mpi():
-        comm.Allreduce(joined, joined_out, op=MPI.SUM)
-
     for case, step in (("grouped", grouped), ("async", one_by_one)):
         rows.append(
             _row(
                 f"{args.small_count}x{args.small_bytes} {case}",
-                joined.nbytes,
+                joined.size * 4,
                 n,
                 _median_time(comm, step, args.seconds),
                 _median_time(comm, one_mpi, args.seconds),
@@ -200,6 +211,34 @@ def run(args) -> int:
                 json.dump(rows, f, indent=1)
     ringtrain.shutdown()
     return 0
+
+
+def _placement(args):
+    """Return a function putting a host array where ``--device`` says the buffers lie."""
+    if args.device == "cpu":
+        return lambda array: array
+    for flag in ("adasum", "allgather"):
+        if getattr(args, flag):
+            raise SystemExit(f"--{flag} times host buffers only; drop it or --device cuda")
+    from numba import cuda
+
+    return cuda.to_device
+
+
+def _mpi_allreduce(comm, src, recv):
+    """Return a step summing ``src`` into ``recv`` by MPI_Allreduce, staged if on a GPU."""
+    from mpi4py import MPI
+
+    if not is_device_array(src):
+        return lambda: comm.Allreduce(src, recv, op=MPI.SUM)
+    sent, received = np.empty(src.size, np.float32), np.empty(src.size, np.float32)
+
+    def staged():
+        src.copy_to_host(sent)
+        comm.Allreduce(sent, received, op=MPI.SUM)
+        recv.copy_to_device(received)
+
+    return staged
 
 
 def _print(rows):

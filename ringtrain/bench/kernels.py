@@ -1,7 +1,9 @@
 """The fusion kernels' throughput against a plain copy on the same backend (no MPI).
 
 On the CPU the copy is ``np.copyto``; on a GPU it is a device-to-device copy. Each figure is
-bytes read plus bytes written per second, and its ratio to the copy's.
+bytes read plus bytes written per second, its ratio to the copy's, and the time per call. The
+staging copies to and from host memory, one pack of a single small tensor (the cost of a
+launch) and the allocation of one result per tensor close the table.
 """
 
 import statistics
@@ -42,7 +44,7 @@ def _median_seconds(call, sync, repeats):
 
 
 def run(args) -> int:
-    """Time copy, pack, unpack, widening pack and reduce; print GB/s and ratios to the copy."""
+    """Time copy, pack, unpack, widening pack, reduce and a 16-bit hop; print GB/s and ratios."""
     count = int(args.mib * 1024 * 1024) // 4
     per_tensor = count // args.tensors
     backend = kernels.backend_for(np.empty(0)) if args.backend == "cpu" else None
@@ -62,6 +64,9 @@ def run(args) -> int:
     halves = backend.empty(count, np.float16)
     backend.to_device(host.astype(np.float16), halves)
     half_tensors = [halves[i * per_tensor : (i + 1) * per_tensor] for i in range(args.tensors)]
+    wire = backend.empty(count, np.float16)
+    staged = np.empty(count, np.float32)
+    tiny = src[:256]
 
     def copy():
         if args.backend == "cuda":
@@ -78,11 +83,22 @@ def run(args) -> int:
         ("reduce Sum", lambda: backend.reduce(dst, src, other, ReduceOp.Sum), 3 * nbytes),
         ("reduce Sum x0.5", lambda: backend.reduce(dst, src, other, ReduceOp.Sum, 0.5),
          3 * nbytes),
+        ("reduce Sum to float16", lambda: backend.reduce_to_wire(wire, src, halves, ReduceOp.Sum),
+         2 * nbytes),
+        ("to host", lambda: backend.to_host(src, staged), 2 * nbytes),
+        ("to device", lambda: backend.to_device(staged, dst), 2 * nbytes),
+        ("pack 1 tensor of 1 KiB", lambda: backend.pack([tiny], dst, [0]), 2 * tiny.nbytes),
+        (f"{args.tensors} new arrays", lambda: [backend.empty(per_tensor, np.float32)
+         for _ in range(args.tensors)], nbytes),
     ]  # fmt: skip
     print(f"backend={args.backend}  {args.mib:g} MiB float32 per call, medians of {args.repeats}")
     copy_rate = None
     for label, call, moved in cases:
-        rate = moved / _median_seconds(call, sync, args.repeats) / 1e9
+        seconds = _median_seconds(call, sync, args.repeats)
+        rate = moved / seconds / 1e9
         copy_rate = copy_rate or rate
-        print(f"{label:>24}: {rate:8.1f} GB/s  {rate / copy_rate:5.2f}x copy")
+        print(
+            f"{label:>24}: {rate:8.1f} GB/s  {rate / copy_rate:5.2f}x copy  "
+            f"{seconds * 1e6:9.1f} us per call"
+        )
     return 0

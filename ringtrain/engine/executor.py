@@ -171,9 +171,17 @@ class Executor:
                 here.append((member, off))
         sources = [member.array for member, _ in here]
         source_offsets = [off for _, off in here]
-        staging = host if backend is _CPU else backend.empty(len(host), wire)
-        backend.pack(sources, staging, source_offsets, prescale)
-        staged = staging is not host and len(host) > 0
+        # A device tensor that goes alone and needs no widening or scaling is copied to the
+        # host as it is: no staging buffer, and no pack or unpack launch.
+        copied = backend is not _CPU and not unit.fused and plan.dtype == wire and prescale == 1
+        if copied:
+            staging = None
+            if len(host):
+                backend.to_host(sources[0], host.reshape(sources[0].shape))
+        else:
+            staging = host if backend is _CPU else backend.empty(len(host), wire)
+            backend.pack(sources, staging, source_offsets, prescale)
+        staged = staging is not None and staging is not host and len(host) > 0
         if staged:
             backend.to_host(staging, host)
         packed = tl.now_ns()
@@ -196,7 +204,10 @@ class Executor:
             outputs = [
                 m.out if m.out is not None else backend.empty(m.shape, plan.dtype) for m, _ in here
             ]
-            backend.unpack(staging, source_offsets, outputs, 1.0)
+            if not copied:
+                backend.unpack(staging, source_offsets, outputs, 1.0)
+            elif len(host):
+                backend.to_device(host.reshape(outputs[0].shape), outputs[0])
         names = list(dict.fromkeys(member.name for member in unit.members))
         self._spans(names, start, packed, reduced, gathered, tl.now_ns())
         produced = iter(outputs)

@@ -1,21 +1,28 @@
 """The CUDA backend: fusion-buffer kernels compiled by numba-cuda, launched on the default stream.
 
 Launches are asynchronous; ``to_host`` and ``to_device`` copy on the same stream, so a host copy
-sees every kernel queued before it. A pack or unpack launch takes ``_WIDTH`` tensors as a tuple
-of 1-D device arrays: ``blockIdx.y`` picks the tensor and the x dimension strides over its
-elements. The scalar conversions and ops are the CPU backend's own (its ``py_func``), compiled
-here as device functions, so both backends produce the same bits.
+sees every kernel queued before it. One pack or unpack launch takes up to ``_MAX_TENSORS``
+tensors: their addresses, lengths and buffer offsets go to the GPU as one small table, and
+``blockIdx.y`` picks a row. Passing addresses, not arrays, keeps the Python cost of a launch
+nearly flat in the number of tensors: numba marshals each array argument field by field. The
+scalar conversions and ops are the CPU backend's own (its ``py_func``), compiled here as device
+functions, so both backends produce the same bits, NaN payloads aside: a GPU's float arithmetic
+returns its one canonical NaN (0x7fffffff in float32) where the CPU's keeps an operand's.
 """
 
+import ctypes
+
 import numpy as np
-from numba import cuda
+from numba import config, cuda
+from numba.cuda import types
+from numba.cuda.extending import intrinsic
 
 from ringtrain import kernels
 from ringtrain.kernels import cpu
 
-_WIDTH = 32  # tensors per launch: 32 flattened 1-D arrays stay within 4 KiB of kernel params
 _THREADS = 256
 _MAX_BLOCKS = 1024  # per tensor and launch; threads stride over longer tensors
+_MAX_TENSORS = 65535  # a grid's y dimension: tensors per pack or unpack launch
 
 _device = cuda.jit(device=True)
 _scaled = _device(cpu._scaled.py_func)
@@ -28,27 +35,52 @@ def _same(x):
     return x
 
 
+if config.ENABLE_CUDASIM:
+
+    def _elements(address, size, like):
+        """Return the ``size`` elements of ``like``'s dtype at ``address`` (simulated: a view)."""
+        block = (ctypes.c_byte * (int(size) * like.dtype.itemsize)).from_address(int(address))
+        return np.frombuffer(block, like.dtype)
+
+else:
+
+    @intrinsic
+    def _elements(typingctx, address, size, like):
+        """Type ``_elements``: ``address`` as a pointer to ``like``'s dtype, indexed as an array."""
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return types.CPointer(like.dtype)(address, size, like), codegen
+
+
+# Rows of the table that a pack or unpack launch reads, one column per tensor.
+_ADDRESS, _SIZE, _OFFSET = range(3)
+
+
 def _pack_kernel(widen):
-    """Return a kernel packing tensors into a buffer as ``widen(element) * scale``."""
+    """Return a kernel packing the table's tensors into a buffer as ``widen(element) * scale``."""
 
     @cuda.jit
-    def pack(sources, offsets, buffer, scale):
-        src = sources[cuda.blockIdx.y]
-        offset = offsets[cuda.blockIdx.y]
-        for j in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+    def pack(table, first, like, buffer, scale):
+        t = first + cuda.blockIdx.y
+        size, offset = table[_SIZE, t], table[_OFFSET, t]
+        src = _elements(table[_ADDRESS, t], size, like)
+        for j in range(cuda.grid(1), size, cuda.gridsize(1)):
             buffer[offset + j] = _scaled(widen(src[j]), scale)
 
     return pack
 
 
 def _unpack_kernel(narrow):
-    """Return a kernel unpacking a buffer into tensors as ``narrow(element * scale)``."""
+    """Return a kernel unpacking a buffer into the table's tensors as ``narrow(x * scale)``."""
 
     @cuda.jit
-    def unpack(destinations, offsets, buffer, scale):
-        dst = destinations[cuda.blockIdx.y]
-        offset = offsets[cuda.blockIdx.y]
-        for j in range(cuda.grid(1), dst.size, cuda.gridsize(1)):
+    def unpack(table, first, like, buffer, scale):
+        t = first + cuda.blockIdx.y
+        size, offset = table[_SIZE, t], table[_OFFSET, t]
+        dst = _elements(table[_ADDRESS, t], size, like)
+        for j in range(cuda.grid(1), size, cuda.gridsize(1)):
             dst[j] = narrow(_scaled(buffer[offset + j], scale))
 
     return unpack
@@ -98,7 +130,7 @@ def pack(sources, buffer, offsets, scale=1.0):
     if not len(sources):
         return
     kind, scale = kernels._conversion(sources[0].dtype, buffer, scale)
-    _launch(_PACK[kind], _flat(sources), _flat([buffer])[0], offsets, scale)
+    _launch(_PACK[kind], sources, _bits(_device_array(buffer)), offsets, scale)
 
 
 def unpack(buffer, offsets, destinations, scale=1.0):
@@ -106,7 +138,7 @@ def unpack(buffer, offsets, destinations, scale=1.0):
     if not len(destinations):
         return
     kind, scale = kernels._conversion(destinations[0].dtype, buffer, scale)
-    _launch(_UNPACK[kind], _flat(destinations), _flat([buffer])[0], offsets, scale)
+    _launch(_UNPACK[kind], destinations, _bits(_device_array(buffer)), offsets, scale)
 
 
 def reduce(dst, a, b, op, scale=1.0):
@@ -123,7 +155,7 @@ def reduce_to_wire(wire, a, b, op, scale=1.0):
     kind, op, scale = kernels.wire_reduction_args(wire, a, b, op, scale)
     if wire.size:
         blocks = min(_MAX_BLOCKS, -(-wire.size // _THREADS))
-        halves = _flat([wire, b])
+        halves = _bits(_device_array(wire)), _bits(_device_array(b))
         scale = _kernel_scale(scale, np.dtype(a.dtype))
         _REDUCE_TO_WIRE[kind][blocks, _THREADS](halves[0], _device_array(a), halves[1], op, scale)
 
@@ -135,12 +167,17 @@ def empty(shape, dtype):
 
 def to_host(device_array, host_array):
     """Copy ``device_array`` into the NumPy array ``host_array``, waiting for queued kernels."""
-    _device_array(device_array).copy_to_host(host_array)
+    _bits(_device_array(device_array)).copy_to_host(_bits(host_array))
 
 
 def to_device(host_array, device_array):
     """Copy the NumPy array ``host_array`` into ``device_array``."""
-    _device_array(device_array).copy_to_device(host_array)
+    _bits(_device_array(device_array)).copy_to_device(_bits(host_array))
+
+
+def _bits(array):
+    """Return a 16-bit float ``array`` as uint16, which numba copies (it cannot copy bfloat16)."""
+    return array.view(np.uint16) if kernels._is_half(array.dtype) else array
 
 
 def _kernel_scale(scale, dtype):
@@ -153,38 +190,60 @@ def _device_array(array):
     return array if getattr(array, "__cuda_ndarray__", False) else cuda.as_cuda_array(array)
 
 
-def _flat(arrays):
-    """Return ``arrays`` as 1-D device views of one dtype, 16-bit floats viewed as uint16."""
+def _shared_dtype(arrays):
+    """Return the dtype of ``arrays``; raise TypeError unless they share one."""
     dtype = arrays[0].dtype
     if any(a.dtype != dtype for a in arrays):
         names = sorted({str(a.dtype) for a in arrays})
         raise TypeError(f"the tensors of one call must share a dtype, got {', '.join(names)}")
-    flat = [_device_array(a).ravel() for a in arrays]  # raises for a non-contiguous array
-    if kernels._is_half(dtype):
-        return [f.view(np.uint16) for f in flat]
-    return flat
+    return dtype
+
+
+def _address(array):
+    """Return the device address of C-contiguous ``array``; raise ValueError for any other."""
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:  # the simulator's arrays wrap NumPy arrays in host memory
+        contiguous, address = array.flags.c_contiguous, array.ctypes.data
+    else:
+        strides, address = interface.get("strides"), interface["data"][0]
+        contiguous = strides is None or strides == _c_strides(array.shape, array.dtype.itemsize)
+    if not contiguous:
+        raise ValueError(
+            f"a tensor of shape {tuple(array.shape)} is not C-contiguous; pass a contiguous copy"
+        )
+    return address
+
+
+def _c_strides(shape, itemsize):
+    """Return the strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
 
 
 def _launch(kernel, arrays, buffer, offsets, scale):
-    """Launch ``kernel`` on ``arrays`` in tuples of ``_WIDTH``, after checking every segment."""
+    """Launch ``kernel`` on ``arrays`` through one table, after checking every segment."""
     if len(offsets) != len(arrays):
         raise ValueError(f"{len(arrays)} tensors but {len(offsets)} offsets")
-    offsets = [int(o) for o in offsets]
-    for array, offset in zip(arrays, offsets, strict=True):
-        if offset < 0 or offset + array.size > buffer.size:
+    dtype = _shared_dtype(arrays)
+    table = np.empty((3, len(arrays)), np.int64)
+    for i, (array, offset) in enumerate(zip(arrays, offsets, strict=True)):
+        size, offset = array.size, int(offset)
+        if offset < 0 or offset + size > buffer.size:
             raise ValueError(
-                f"a tensor of {array.size} elements at offset {offset} falls outside the "
+                f"a tensor of {size} elements at offset {offset} falls outside the "
                 f"fusion buffer of {buffer.size}"
             )
+        table[:, i] = _address(array), size, offset
+    largest = int(table[_SIZE].max())
+    if not largest:
+        return
+    like = cuda.device_array(0, np.uint16 if kernels._is_half(dtype) else dtype)
     scale = _kernel_scale(scale, buffer.dtype)
-    pad = arrays[0][:0]
-    for start in range(0, len(arrays), _WIDTH):
-        chunk = arrays[start : start + _WIDTH]
-        count = len(chunk)
-        largest = max(a.size for a in chunk)
-        if largest:
-            blocks = min(_MAX_BLOCKS, -(-largest // _THREADS))
-            chunk.extend([pad] * (_WIDTH - count))
-            chunk_offsets = tuple(offsets[start : start + _WIDTH]) + (0,) * (_WIDTH - count)
-            grid = (blocks, count)
-            kernel[grid, _THREADS](tuple(chunk), chunk_offsets, buffer, scale)
+    blocks = min(_MAX_BLOCKS, -(-largest // _THREADS))
+    on_device = cuda.to_device(table)
+    for first in range(0, len(arrays), _MAX_TENSORS):
+        count = min(_MAX_TENSORS, len(arrays) - first)
+        kernel[(blocks, count), _THREADS](on_device, first, like, buffer, scale)

@@ -1,8 +1,10 @@
-"""The CUDA kernels, run by numba's CUDA simulator, agree bit for bit with the CPU kernels.
+"""The CUDA kernels agree bit for bit with the CPU kernels, in numba's simulator and on a GPU.
 
 The simulator must be switched on before numba is first imported, and the CPU tests import
-numba without it. So in an ordinary run only ``test_simulated_cases_pass`` runs: it reruns this
-file in a fresh interpreter with ``NUMBA_ENABLE_CUDASIM=1``, where the cases run instead.
+numba without it. So ``test_simulated_cases_pass`` reruns this file in a fresh interpreter with
+``NUMBA_ENABLE_CUDASIM=1``, where the cases run. Where numba finds a GPU, the cases also run
+in this interpreter, on it; ``test_full_launches_on_a_gpu`` runs there alone (the simulator
+would take minutes over it).
 """
 
 import os
@@ -13,12 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringtrain import dtypes, kernels
+from ringtrain import capabilities, dtypes, kernels
 from ringtrain.ops import ReduceOp
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+ON_GPU = not SIMULATED and capabilities.cuda_built()
 ROOT = Path(__file__).resolve().parents[1]
-simulated = pytest.mark.skipif(not SIMULATED, reason="runs in the simulator subprocess")
+device_case = pytest.mark.skipif(
+    not (SIMULATED or ON_GPU), reason="no GPU here: runs in the simulator subprocess"
+)
 # Simulated kernels compute on NumPy scalars, which warn where GPUs silently wrap integers and
 # quiet signaling NaNs.
 pytestmark = [
@@ -52,7 +57,7 @@ def gpu(monkeypatch):
 
     monkeypatch.setattr(backend, "_THREADS", 16)
     monkeypatch.setattr(backend, "_MAX_BLOCKS", 2)
-    monkeypatch.setattr(backend, "_WIDTH", 4)  # six tensors take two launches
+    monkeypatch.setattr(backend, "_MAX_TENSORS", 4)  # six tensors take two launches
     return backend
 
 
@@ -62,15 +67,34 @@ def cpu():
 
 
 def on_device(array):
-    """Return a simulated device copy of ``array``."""
-    from numba import cuda
+    """Return a device copy of ``array`` (simulated or on the GPU), bfloat16 included."""
+    from ringtrain.kernels import cuda as backend
 
-    return cuda.to_device(array)
+    copy = backend.empty(array.shape, array.dtype)
+    backend.to_device(np.ascontiguousarray(array), copy)
+    return copy
 
 
 def bits(array):
     """Return the raw bit patterns of ``array``."""
     return array.view(f"u{array.dtype.itemsize}")
+
+
+def assert_same_bits(device_array, want):
+    """Assert that ``device_array`` holds ``want``'s bits, NaN payloads aside.
+
+    Where ``want`` has a NaN, any NaN passes: a GPU's float arithmetic returns its canonical NaN
+    where the CPU keeps an operand's payload.
+    """
+    from ringtrain.kernels import cuda as backend
+
+    got = np.empty(want.shape, want.dtype)
+    backend.to_host(device_array, got)
+    if not dtypes.is_integer(want.dtype):
+        nan = np.isnan(want.astype(np.float32))
+        assert np.isnan(got.astype(np.float32)[nan]).all(), "a NaN became a number"
+        got, want = got[~nan], want[~nan]
+    np.testing.assert_array_equal(bits(got), bits(want))
 
 
 def sample(dtype, shape, rng):
@@ -102,7 +126,7 @@ CONVERSIONS += [(F32, F32, 0.5), (np.dtype(np.float64), np.dtype(np.float64), 1 
 CONVERSIONS += [(np.dtype(np.float16), F32, 1 / 3), (dtypes.bfloat16, F32, 1 / 3)]
 
 
-@simulated
+@device_case
 @pytest.mark.parametrize(("dtype", "buffer_dtype", "scale"), CONVERSIONS, ids=str)
 def test_pack_and_unpack_agree_with_cpu(gpu, dtype, buffer_dtype, scale):
     rng = np.random.default_rng(7)
@@ -112,17 +136,17 @@ def test_pack_and_unpack_agree_with_cpu(gpu, dtype, buffer_dtype, scale):
     cpu().pack(sources, expected, offsets, scale)
     buffer = on_device(np.full(n, 9, buffer_dtype))
     gpu.pack([on_device(s) for s in sources], buffer, offsets, scale)
-    np.testing.assert_array_equal(bits(buffer.copy_to_host()), bits(expected))
+    assert_same_bits(buffer, expected)
 
     wanted = [np.zeros(shape, dtype) for shape in SHAPES]
     cpu().unpack(expected, offsets, wanted, scale)
     outputs = [on_device(np.zeros(shape, dtype)) for shape in SHAPES]
     gpu.unpack(buffer, offsets, outputs, scale)
     for out, want in zip(outputs, wanted, strict=True):
-        np.testing.assert_array_equal(bits(out.copy_to_host()), bits(want))
+        assert_same_bits(out, want)
 
 
-@simulated
+@device_case
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), dtypes.bfloat16], ids=str)
 def test_rounding_to_16_bits_agrees_with_cpu(gpu, dtype):
     sweep = np.arange(0, 2**32, 2**32 // 1500, dtype=np.uint64).astype(np.uint32)
@@ -131,10 +155,10 @@ def test_rounding_to_16_bits_agrees_with_cpu(gpu, dtype):
     cpu().unpack(values, [0], [wanted], 1.0)
     out = on_device(np.zeros(values.size, dtype))
     gpu.unpack(on_device(values), [0], [out], 1.0)
-    np.testing.assert_array_equal(bits(out.copy_to_host()), bits(wanted))
+    assert_same_bits(out, wanted)
 
 
-@simulated
+@device_case
 @pytest.mark.parametrize("dtype", REDUCIBLE, ids=str)
 @pytest.mark.parametrize("op", [ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max, ReduceOp.Product])
 def test_reduce_agrees_with_cpu(gpu, dtype, op):
@@ -145,12 +169,12 @@ def test_reduce_agrees_with_cpu(gpu, dtype, op):
     cpu().reduce(wanted, a, b, op, scale)
     dst, da = on_device(np.zeros_like(a)), on_device(a)
     gpu.reduce(dst, da, on_device(b), op, scale)
-    np.testing.assert_array_equal(bits(dst.copy_to_host()), bits(wanted))
+    assert_same_bits(dst, wanted)
     gpu.reduce(da, da, on_device(b), op, scale)  # dst is a
-    np.testing.assert_array_equal(bits(da.copy_to_host()), bits(wanted))
+    assert_same_bits(da, wanted)
 
 
-@simulated
+@device_case
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), dtypes.bfloat16], ids=str)
 @pytest.mark.parametrize("op", [ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max, ReduceOp.Product])
 def test_reduce_to_wire_agrees_with_cpu(gpu, dtype, op):
@@ -162,10 +186,10 @@ def test_reduce_to_wire_agrees_with_cpu(gpu, dtype, op):
         cpu().reduce_to_wire(wanted, a, b, op, scale)
         wire = on_device(np.zeros(a.size, dtype))
         gpu.reduce_to_wire(wire, on_device(a), on_device(b), op, scale)
-        np.testing.assert_array_equal(bits(wire.copy_to_host()), bits(wanted))
+        assert_same_bits(wire, wanted)
 
 
-@simulated
+@device_case
 def test_backend_for_gpu_arrays(gpu):
     class CudaArrayLike:
         __cuda_array_interface__ = {}
@@ -174,7 +198,7 @@ def test_backend_for_gpu_arrays(gpu):
     assert kernels.backend_for(CudaArrayLike()) is gpu
 
 
-@simulated
+@device_case
 def test_gpu_errors(gpu):
     buffer = on_device(np.zeros(10, F32))
     with pytest.raises(ValueError, match="outside"):
@@ -186,12 +210,53 @@ def test_gpu_errors(gpu):
         gpu.reduce(ints, ints, ints, ReduceOp.Sum, 0.5)
     with pytest.raises(TypeError, match="share a dtype"):
         gpu.pack([on_device(np.zeros(1, F32)), ints], buffer, [0, 1], 1.0)
+    column = on_device(np.zeros((3, 2), F32))[:, 1]
+    with pytest.raises(ValueError, match=r"shape \(3,\) is not C-contiguous"):
+        gpu.pack([column], buffer, [0], 1.0)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        gpu.unpack(buffer, [0], [column], 1.0)
 
 
-@simulated
+@device_case
 def test_staging_through_host(gpu):
     device = gpu.empty(5, F32)
     gpu.to_device(np.arange(5, dtype=F32), device)
     host = np.zeros(5, F32)
     gpu.to_host(device, host)
     np.testing.assert_array_equal(host, np.arange(5, dtype=F32))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="no GPU here; the simulator would take minutes")
+def test_full_launches_on_a_gpu():
+    # The backend's own launch sizes: 70 tensors in one launch, the largest of which outruns
+    # its 1024 x 256 threads, so the grid-stride loop runs too.
+    from ringtrain.kernels import cuda as gpu
+
+    rng = np.random.default_rng(10)
+    shapes = [(int(k),) for k in rng.integers(0, 5000, 67)] + [(0,), (1,), (700_001,)]
+    offsets, n = layout(shapes)
+    for dtype, buffer_dtype, scale in [(F32, F32, 0.5), (np.dtype(np.float16), F32, 1 / 3)]:
+        sources = [sample(dtype, shape, rng) for shape in shapes]
+        expected = np.full(n, 9, buffer_dtype)
+        cpu().pack(sources, expected, offsets, scale)
+        buffer = on_device(np.full(n, 9, buffer_dtype))
+        gpu.pack([on_device(s) for s in sources], buffer, offsets, scale)
+        assert_same_bits(buffer, expected)
+        wanted = [np.zeros(shape, dtype) for shape in shapes]
+        cpu().unpack(expected, offsets, wanted, scale)
+        outputs = [on_device(np.zeros(shape, dtype)) for shape in shapes]
+        gpu.unpack(buffer, offsets, outputs, scale)
+        for out, want in zip(outputs, wanted, strict=True):
+            assert_same_bits(out, want)
+    a, b = sample(F32, (1_000_003,), rng), sample(F32, (1_000_003,), rng)
+    wanted = np.empty_like(a)
+    cpu().reduce(wanted, a, b, ReduceOp.Sum, 0.375)
+    dst = on_device(np.zeros_like(a))
+    gpu.reduce(dst, on_device(a), on_device(b), ReduceOp.Sum, 0.375)
+    assert_same_bits(dst, wanted)
+    halves = b.astype(np.float16)
+    wanted = np.zeros(a.size, np.float16)
+    cpu().reduce_to_wire(wanted, a, halves, ReduceOp.Sum, 1.0)
+    wire = on_device(np.zeros(a.size, np.float16))
+    gpu.reduce_to_wire(wire, on_device(a), on_device(halves), ReduceOp.Sum, 1.0)
+    assert_same_bits(wire, wanted)

@@ -1,4 +1,4 @@
-"""Device arrays (the CUDA simulator) go through the engine and come back as device arrays."""
+"""Device arrays (numba's CUDA simulator, or a GPU) go through the engine and come back so."""
 
 import ml_dtypes
 import numpy as np
@@ -17,14 +17,14 @@ def body():
             for shape in ((0,), (1,), (37, 3)):
                 host = rank_data(r, shape, dtype)
                 got = ringtrain.allreduce(
-                    cuda.to_device(host), op=op, name=f"{np.dtype(dtype)}.{op.name}.{shape}"
+                    _device(host), op=op, name=f"{np.dtype(dtype)}.{op.name}.{shape}"
                 )
                 assert hasattr(got, "copy_to_host"), f"expected a device array, got {type(got)}"
                 want = expected(op, [rank_data(i, shape, dtype) for i in range(n)], dtype)
                 assert_equal(_host(got, dtype), want, f"device {np.dtype(dtype)} {op.name}")
     # A group of device arrays comes back as a list of device arrays.
     shapes = [(0,), (1,), (5, 2)]
-    mine = [cuda.to_device(rank_data(r, s, np.float16, k)) for k, s in enumerate(shapes)]
+    mine = [_device(rank_data(r, s, np.float16, k)) for k, s in enumerate(shapes)]
     got = ringtrain.grouped_allreduce(mine, op=ringtrain.Sum, name="device group")
     for k, (g, s) in enumerate(zip(got, shapes, strict=True)):
         want = expected(
@@ -35,14 +35,23 @@ def body():
     for name, wire in WIRES.items():
         data = [rank_data(i, (1001,), np.float32, 5) for i in range(n)]
         strategy = getattr(ringtrain.Compression, name)
-        got = ringtrain.allreduce(cuda.to_device(data[r]), op=ringtrain.Sum, compression=strategy)
+        got = ringtrain.allreduce(_device(data[r]), op=ringtrain.Sum, compression=strategy)
         want = simulate(data, ringtrain.Sum, 1.0, wire)[r]
         assert np.array_equal(_host(got, np.float32).view(np.uint32), want.view(np.uint32)), name
     ringtrain.shutdown()
 
 
+def _device(host):
+    """Return a device copy of ``host``, moved as unsigned integers: numba cannot copy bfloat16."""
+    return cuda.to_device(_as_unsigned(host)).view(host.dtype)
+
+
 def _host(array, dtype):
-    return np.asarray(array.copy_to_host()).view(dtype)
+    return np.asarray(_as_unsigned(array).copy_to_host()).view(dtype)
+
+
+def _as_unsigned(array):
+    return array.view(f"u{np.dtype(array.dtype).itemsize}")
 
 
 main(body)
