@@ -3,7 +3,8 @@
 On the CPU the copy is ``np.copyto``; on a GPU it is a device-to-device copy. Each figure is
 bytes read plus bytes written per second, its ratio to the copy's, and the time per call. The
 staging copies to and from host memory, one pack of a single small tensor (the cost of a
-launch) and the allocation of one result per tensor close the table.
+launch) and the allocation of one result per tensor, or of views of one array, close the
+table.
 """
 
 import statistics
@@ -90,6 +91,8 @@ def run(args) -> int:
         ("pack 1 tensor of 1 KiB", lambda: backend.pack([tiny], dst, [0]), 2 * tiny.nbytes),
         (f"{args.tensors} new arrays", lambda: [backend.empty(per_tensor, np.float32)
          for _ in range(args.tensors)], nbytes),
+        (f"{args.tensors} views of one", lambda: [other[o : o + per_tensor] for o in offsets],
+         nbytes),
     ]  # fmt: skip
     print(f"backend={args.backend}  {args.mib:g} MiB float32 per call, medians of {args.repeats}")
     copy_rate = None

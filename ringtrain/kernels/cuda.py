@@ -11,6 +11,8 @@ returns its one canonical NaN (0x7fffffff in float32) where the CPU's keeps an o
 """
 
 import ctypes
+import functools
+import threading
 
 import numpy as np
 from numba import config, cuda
@@ -54,7 +56,7 @@ else:
         return types.CPointer(like.dtype)(address, size, like), codegen
 
 
-# Rows of the table that a pack or unpack launch reads, one column per tensor.
+# Columns of the table that a pack or unpack launch reads, one row per tensor.
 _ADDRESS, _SIZE, _OFFSET = range(3)
 
 
@@ -64,8 +66,8 @@ def _pack_kernel(widen):
     @cuda.jit
     def pack(table, first, like, buffer, scale):
         t = first + cuda.blockIdx.y
-        size, offset = table[_SIZE, t], table[_OFFSET, t]
-        src = _elements(table[_ADDRESS, t], size, like)
+        size, offset = table[t, _SIZE], table[t, _OFFSET]
+        src = _elements(table[t, _ADDRESS], size, like)
         for j in range(cuda.grid(1), size, cuda.gridsize(1)):
             buffer[offset + j] = _scaled(widen(src[j]), scale)
 
@@ -78,8 +80,8 @@ def _unpack_kernel(narrow):
     @cuda.jit
     def unpack(table, first, like, buffer, scale):
         t = first + cuda.blockIdx.y
-        size, offset = table[_SIZE, t], table[_OFFSET, t]
-        dst = _elements(table[_ADDRESS, t], size, like)
+        size, offset = table[t, _SIZE], table[t, _OFFSET]
+        dst = _elements(table[t, _ADDRESS], size, like)
         for j in range(cuda.grid(1), size, cuda.gridsize(1)):
             dst[j] = narrow(_scaled(buffer[offset + j], scale))
 
@@ -223,27 +225,69 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+class _LaunchTable:
+    """The table that pack and unpack launches read: pinned host rows and a device copy.
+
+    Both stay from call to call and grow as needed, so a launch costs one short copy from pinned
+    memory rather than an allocation and a copy from pageable memory. That copy is synchronous
+    on the default stream, so it waits for every kernel queued before it: no launch reads rows
+    that a later call overwrites. The lock keeps two threads from filling the rows at once.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._host = self._device = None
+
+    def rows(self, count):
+        """Return the first ``count`` host rows to fill, growing the table if it is smaller."""
+        if self._host is None or len(self._host) < count:
+            capacity = 1 << max(8, (count - 1).bit_length())
+            self._host = cuda.pinned_array((capacity, 3), np.int64)
+            self._device = cuda.device_array((capacity, 3), np.int64)
+        return self._host[:count]
+
+    def upload(self):
+        """Copy the host rows to the device; return the device table."""
+        self._device.copy_to_device(self._host)
+        return self._device
+
+
+@functools.cache
+def _launch_table():
+    """Return the process's one launch table, made on first use."""
+    return _LaunchTable()
+
+
+@functools.cache
+def _like(dtype):
+    """Return an empty device array of ``dtype``: it tells a kernel what the addresses hold."""
+    return cuda.device_array(0, dtype)
+
+
 def _launch(kernel, arrays, buffer, offsets, scale):
-    """Launch ``kernel`` on ``arrays`` through one table, after checking every segment."""
+    """Launch ``kernel`` on ``arrays`` through the launch table, after checking every segment."""
     if len(offsets) != len(arrays):
         raise ValueError(f"{len(arrays)} tensors but {len(offsets)} offsets")
     dtype = _shared_dtype(arrays)
-    table = np.empty((3, len(arrays)), np.int64)
-    for i, (array, offset) in enumerate(zip(arrays, offsets, strict=True)):
-        size, offset = array.size, int(offset)
+    sizes, offsets = [a.size for a in arrays], [int(o) for o in offsets]
+    for size, offset in zip(sizes, offsets, strict=True):
         if offset < 0 or offset + size > buffer.size:
             raise ValueError(
                 f"a tensor of {size} elements at offset {offset} falls outside the "
                 f"fusion buffer of {buffer.size}"
             )
-        table[:, i] = _address(array), size, offset
-    largest = int(table[_SIZE].max())
+    addresses = [_address(a) for a in arrays]
+    largest = max(sizes)
     if not largest:
         return
-    like = cuda.device_array(0, np.uint16 if kernels._is_half(dtype) else dtype)
+    like = _like(np.dtype(np.uint16) if kernels._is_half(dtype) else np.dtype(dtype))
     scale = _kernel_scale(scale, buffer.dtype)
     blocks = min(_MAX_BLOCKS, -(-largest // _THREADS))
-    on_device = cuda.to_device(table)
-    for first in range(0, len(arrays), _MAX_TENSORS):
-        count = min(_MAX_TENSORS, len(arrays) - first)
-        kernel[(blocks, count), _THREADS](on_device, first, like, buffer, scale)
+    table = _launch_table()
+    with table.lock:
+        rows = table.rows(len(arrays))
+        rows[:, _ADDRESS], rows[:, _SIZE], rows[:, _OFFSET] = addresses, sizes, offsets
+        on_device = table.upload()
+        for first in range(0, len(arrays), _MAX_TENSORS):
+            count = min(_MAX_TENSORS, len(arrays) - first)
+            kernel[(blocks, count), _THREADS](on_device, first, like, buffer, scale)
