@@ -22,7 +22,7 @@ from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of, re
 from ringtrain.engine import messages
 from ringtrain.engine.handle import GroupHandle, Handle
 from ringtrain.engine.turns import BlockingCalls
-from ringtrain.kernels import is_device_array
+from ringtrain.kernels import is_c_contiguous, is_device_array
 from ringtrain.ops import Average, ReduceOp, as_reduce_op, resolve_op
 from ringtrain.process_sets import ProcessSet, global_process_set, resolve
 from ringtrain.topology import Topology
@@ -221,8 +221,18 @@ def _input(tensor, what: str, allow_device: bool = False):
         if not allow_device:
             raise TypeError(f"{what} takes host (NumPy) arrays; got a device array")
         check_supported(tensor.dtype)
+        _check_device_layout(tensor, what)
         return tensor
     return _host_array(tensor, what)
+
+
+def _check_device_layout(array, what: str):
+    """Raise ValueError unless the CUDA array ``array`` is C-contiguous."""
+    if not is_c_contiguous(array):
+        raise ValueError(
+            f"{what}: a CUDA array of shape {tuple(array.shape)} must be C-contiguous; "
+            "pass a contiguous copy"
+        )
 
 
 def _name(kind: str, name, process_set=None) -> str:
@@ -265,7 +275,7 @@ def _check_out(out, array):
             f"out has shape {tuple(out.shape)} and dtype {out.dtype}; expected shape "
             f"{tuple(array.shape)} and dtype {array.dtype}"
         )
-    if not is_device_array(out) and not out.flags.c_contiguous:
+    if not is_c_contiguous(out):
         raise ValueError("out must be C-contiguous")
     return out
 

@@ -44,6 +44,22 @@ def is_device_array(array) -> bool:
     return hasattr(array, "__cuda_array_interface__") or getattr(array, "__cuda_ndarray__", False)
 
 
+def is_c_contiguous(array) -> bool:
+    """Return True for a C-contiguous array: NumPy's, or a CUDA array by its interface."""
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:  # NumPy arrays, and the CUDA simulator's, which wrap them
+        return bool(array.flags.c_contiguous)
+    strides = interface.get("strides")
+    if strides is None:
+        return True
+    step = np.dtype(interface["typestr"]).itemsize
+    for extent, stride in zip(reversed(interface["shape"]), reversed(strides), strict=True):
+        if extent > 1 and stride != step:
+            return False
+        step *= extent
+    return True
+
+
 def backend_for(array):
     """Return the CUDA backend for an array with ``__cuda_array_interface__``, else the CPU one."""
     return _backend("cuda" if is_device_array(array) else "cpu")

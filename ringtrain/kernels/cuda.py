@@ -203,26 +203,14 @@ def _shared_dtype(arrays):
 
 def _address(array):
     """Return the device address of C-contiguous ``array``; raise ValueError for any other."""
-    interface = getattr(array, "__cuda_array_interface__", None)
-    if interface is None:  # the simulator's arrays wrap NumPy arrays in host memory
-        contiguous, address = array.flags.c_contiguous, array.ctypes.data
-    else:
-        strides, address = interface.get("strides"), interface["data"][0]
-        contiguous = strides is None or strides == _c_strides(array.shape, array.dtype.itemsize)
-    if not contiguous:
+    if not kernels.is_c_contiguous(array):
         raise ValueError(
             f"a tensor of shape {tuple(array.shape)} is not C-contiguous; pass a contiguous copy"
         )
-    return address
-
-
-def _c_strides(shape, itemsize):
-    """Return the strides of a C-contiguous array of ``shape``."""
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    return tuple(reversed(strides))
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:  # the simulator's arrays wrap NumPy arrays in host memory
+        return array.ctypes.data
+    return interface["data"][0]
 
 
 class _LaunchTable:

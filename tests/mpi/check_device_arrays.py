@@ -31,6 +31,14 @@ def body():
             ringtrain.Sum, [rank_data(i, s, np.float16, k) for i in range(n)], np.float16
         )
         assert_equal(_host(g, np.float16), want, f"device group member {k}")
+    # A CUDA array that is not C-contiguous is refused before any rank sends a byte.
+    column = _device(rank_data(r, (4, 3), np.float32))[:, 1]
+    try:
+        ringtrain.allreduce(column, name="column")
+    except ValueError as err:
+        assert "a CUDA array of shape (4,) must be C-contiguous" in str(err), err
+    else:
+        raise AssertionError("a strided CUDA array was accepted")
     # 16 bits on the wire: staged through host memory, rounded as the simulated ring rounds.
     for name, wire in WIRES.items():
         data = [rank_data(i, (1001,), np.float32, 5) for i in range(n)]
