@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_data import assert_bits, random_array
 
 from ringtrain import capabilities, dtypes, kernels
 from ringtrain.ops import ReduceOp
@@ -75,41 +76,35 @@ def on_device(array):
     return copy
 
 
-def bits(array):
-    """Return the raw bit patterns of ``array``."""
-    return array.view(f"u{array.dtype.itemsize}")
-
-
 def assert_same_bits(device_array, want):
     """Assert that ``device_array`` holds ``want``'s bits, NaN payloads aside.
 
     Where ``want`` has a NaN, any NaN passes: a GPU's float arithmetic returns its canonical NaN
-    where the CPU keeps an operand's payload.
+    where the CPU keeps an operand's.
     """
     from ringtrain.kernels import cuda as backend
 
     got = np.empty(want.shape, want.dtype)
     backend.to_host(device_array, got)
-    if not dtypes.is_integer(want.dtype):
-        nan = np.isnan(want.astype(np.float32))
-        assert np.isnan(got.astype(np.float32)[nan]).all(), "a NaN became a number"
-        got, want = got[~nan], want[~nan]
-    np.testing.assert_array_equal(bits(got), bits(want))
+    assert_bits(got, want, nan_bits=False)
 
 
-def sample(dtype, shape, rng):
-    """Return full-range integers, or floats with NaN, a signaling NaN and infinities mixed in."""
-    dtype = np.dtype(dtype)
-    if dtypes.is_integer(dtype):
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-    values = (rng.standard_normal(shape) * 100).astype(dtype)
-    flat = values.reshape(-1)
-    if flat.size > 10:  # at places that differ between arrays, so NaN meets numbers
-        nan, inf, minus_inf, signaling = rng.choice(flat.size, 4, replace=False)
-        flat[nan], flat[inf], flat[minus_inf] = np.nan, np.inf, -np.inf
-        bits(flat)[signaling] = bits(flat)[inf] + 1
-    return values
+def assert_pack_and_unpack_agree(gpu, sources, buffer_dtype, scale):
+    """Pack ``sources`` into a buffer, and unpack it again, on both backends; compare each."""
+    shapes = [s.shape for s in sources]
+    offsets, n = layout(shapes)
+    expected = np.full(n, 9, buffer_dtype)
+    cpu().pack(sources, expected, offsets, scale)
+    buffer = on_device(np.full(n, 9, buffer_dtype))
+    gpu.pack([on_device(s) for s in sources], buffer, offsets, scale)
+    assert_same_bits(buffer, expected)
+    dtype = sources[0].dtype
+    wanted = [np.zeros(shape, dtype) for shape in shapes]
+    cpu().unpack(expected, offsets, wanted, scale)
+    outputs = [on_device(np.zeros(shape, dtype)) for shape in shapes]
+    gpu.unpack(buffer, offsets, outputs, scale)
+    for out, want in zip(outputs, wanted, strict=True):
+        assert_same_bits(out, want)
 
 
 def layout(shapes):
@@ -130,20 +125,8 @@ CONVERSIONS += [(np.dtype(np.float16), F32, 1 / 3), (dtypes.bfloat16, F32, 1 / 3
 @pytest.mark.parametrize(("dtype", "buffer_dtype", "scale"), CONVERSIONS, ids=str)
 def test_pack_and_unpack_agree_with_cpu(gpu, dtype, buffer_dtype, scale):
     rng = np.random.default_rng(7)
-    sources = [sample(dtype, shape, rng) for shape in SHAPES]
-    offsets, n = layout(SHAPES)
-    expected = np.full(n, 9, buffer_dtype)
-    cpu().pack(sources, expected, offsets, scale)
-    buffer = on_device(np.full(n, 9, buffer_dtype))
-    gpu.pack([on_device(s) for s in sources], buffer, offsets, scale)
-    assert_same_bits(buffer, expected)
-
-    wanted = [np.zeros(shape, dtype) for shape in SHAPES]
-    cpu().unpack(expected, offsets, wanted, scale)
-    outputs = [on_device(np.zeros(shape, dtype)) for shape in SHAPES]
-    gpu.unpack(buffer, offsets, outputs, scale)
-    for out, want in zip(outputs, wanted, strict=True):
-        assert_same_bits(out, want)
+    sources = [random_array(dtype, shape, rng) for shape in SHAPES]
+    assert_pack_and_unpack_agree(gpu, sources, buffer_dtype, scale)
 
 
 @device_case
@@ -163,7 +146,7 @@ def test_rounding_to_16_bits_agrees_with_cpu(gpu, dtype):
 @pytest.mark.parametrize("op", [ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max, ReduceOp.Product])
 def test_reduce_agrees_with_cpu(gpu, dtype, op):
     rng = np.random.default_rng(8)
-    a, b = sample(dtype, (300,), rng), sample(dtype, (300,), rng)
+    a, b = random_array(dtype, (300,), rng), random_array(dtype, (300,), rng)
     scale = 1.0 if dtypes.is_integer(dtype) else 0.375
     wanted = np.empty_like(a)
     cpu().reduce(wanted, a, b, op, scale)
@@ -179,7 +162,7 @@ def test_reduce_agrees_with_cpu(gpu, dtype, op):
 @pytest.mark.parametrize("op", [ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max, ReduceOp.Product])
 def test_reduce_to_wire_agrees_with_cpu(gpu, dtype, op):
     rng = np.random.default_rng(9)
-    a, b = sample(F32, (300,), rng), sample(F32, (300,), rng).astype(dtype)
+    a, b = random_array(F32, (300,), rng), random_array(F32, (300,), rng).astype(dtype)
     a[: len(PROBES)] = np.array(PROBES, np.uint32).view(np.float32)
     for scale in (1.0, 0.375):
         wanted = np.zeros(a.size, dtype)
@@ -234,21 +217,10 @@ def test_full_launches_on_a_gpu():
 
     rng = np.random.default_rng(10)
     shapes = [(int(k),) for k in rng.integers(0, 5000, 67)] + [(0,), (1,), (700_001,)]
-    offsets, n = layout(shapes)
     for dtype, buffer_dtype, scale in [(F32, F32, 0.5), (np.dtype(np.float16), F32, 1 / 3)]:
-        sources = [sample(dtype, shape, rng) for shape in shapes]
-        expected = np.full(n, 9, buffer_dtype)
-        cpu().pack(sources, expected, offsets, scale)
-        buffer = on_device(np.full(n, 9, buffer_dtype))
-        gpu.pack([on_device(s) for s in sources], buffer, offsets, scale)
-        assert_same_bits(buffer, expected)
-        wanted = [np.zeros(shape, dtype) for shape in shapes]
-        cpu().unpack(expected, offsets, wanted, scale)
-        outputs = [on_device(np.zeros(shape, dtype)) for shape in shapes]
-        gpu.unpack(buffer, offsets, outputs, scale)
-        for out, want in zip(outputs, wanted, strict=True):
-            assert_same_bits(out, want)
-    a, b = sample(F32, (1_000_003,), rng), sample(F32, (1_000_003,), rng)
+        sources = [random_array(dtype, shape, rng) for shape in shapes]
+        assert_pack_and_unpack_agree(gpu, sources, buffer_dtype, scale)
+    a, b = random_array(F32, (1_000_003,), rng), random_array(F32, (1_000_003,), rng)
     wanted = np.empty_like(a)
     cpu().reduce(wanted, a, b, ReduceOp.Sum, 0.375)
     dst = on_device(np.zeros_like(a))
