@@ -11,7 +11,7 @@ import atexit
 import dataclasses
 import itertools
 
-from ringtrain import affinity
+from ringtrain import affinity, mpi_tuning
 from ringtrain.engine.messages import unnamed_name
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.process_sets import ProcessSet, ProcessSetRegistry, global_process_set
@@ -83,6 +83,7 @@ def start(comm, settings: Settings) -> None:
     None means ``MPI.COMM_WORLD``. Collective over ``comm``; call it while none is current.
     """
     global _current
+    mpi_tuning.apply(settings.ring_chunk_bytes)
     # Imported here, not at the top: importing mpi4py.MPI initialises MPI, which a launcher
     # process or a script that sets mpi4py.rc first must not have done for it.
     from mpi4py import MPI

@@ -12,6 +12,7 @@ import pytest
 from mpi_launch import check, run
 
 from ringtrain.capabilities import cuda_built
+from ringtrain.mpi_tuning import EAGER_LIMIT_VARIABLE
 
 WORLDS = [1, 2, 3, 4]
 
@@ -224,6 +225,14 @@ def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
 def test_device_arrays_through_the_engine_on_a_gpu(np):
     # Every rank on the one GPU; 1 KiB chunks also send the larger tensors alone.
     check("check_device_arrays.py", np, env={"RINGTRAIN_RING_CHUNK_BYTES": "1024"}, timeout=180)
+
+
+def test_init_has_open_mpi_send_a_ring_chunk_eagerly_unless_the_user_says_otherwise():
+    # Over TCP alone, as between hosts: a 1 MiB chunk's send completes before its receive
+    # is posted. A limit the user gives (here Open MPI's own 64 KiB) wins, and the send waits.
+    tcp = {"OMPI_MCA_btl": "tcp,self"}
+    check("check_eager.py", 2, "eager", env=tcp, timeout=60)
+    check("check_eager.py", 2, "default", env={**tcp, EAGER_LIMIT_VARIABLE: "65536"}, timeout=60)
 
 
 @pytest.mark.parametrize("np", [3, 4])

@@ -126,12 +126,10 @@ def _allgather_row(comm, nbytes, seconds):
 
 def run(args) -> int:
     """Measure every size and the many-small-tensors case; print a table on rank 0."""
-    # Imported here: importing mpi4py.MPI initialises MPI, which the other benchmarks,
-    # registered in the same command line, must not do.
+    place = _placement(args)
+    ringtrain.init()  # before mpi4py.MPI is imported, so that MPI starts with its settings
     from mpi4py import MPI
 
-    place = _placement(args)
-    ringtrain.init()
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
     rows = []
