@@ -29,6 +29,7 @@ class CudaArrayLike:
         ((3, 1), (4, 99), True),  # an extent of 1 may have any stride
         ((0,), (4,), True),
         ((2, 0, 3), (0, 0, 4), True),
+        ((2, 0), (99, 4), True),  # empty: any strides
     ],
 )
 def test_cuda_arrays_by_their_interface(shape, strides, contiguous):

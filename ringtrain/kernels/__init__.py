@@ -50,7 +50,7 @@ def is_c_contiguous(array) -> bool:
     if interface is None:  # NumPy arrays, and the CUDA simulator's, which wrap them
         return bool(array.flags.c_contiguous)
     strides = interface.get("strides")
-    if strides is None:
+    if strides is None or 0 in interface["shape"]:  # an empty array has no layout to break
         return True
     step = np.dtype(interface["typestr"]).itemsize
     for extent, stride in zip(reversed(interface["shape"]), reversed(strides), strict=True):
