@@ -4,7 +4,7 @@ Open MPI's TCP transport sends a message above its eager limit (64 KiB) only aft
 receiver's answer has come back, and that answer waits behind the data queued the other
 way, which a ring keeps full. So a ring's chunks are sent eagerly: the limit is raised to
 hold one chunk. Between two hosts at 1 Gbit/s that took a 16 MiB fp16 allreduce from
-81 to 70 ms, and 2 hosts x 2 ranks from 161 to 144 ms (docs/benchmarks.md, "Chunks sent
+81 to 70 ms, and 2 hosts x 2 ranks from 161 to 145 ms (docs/benchmarks.md, "Chunks sent
 eagerly"). A value the user gives (``--mca btl_tcp_eager_limit``, or the variable) wins.
 """
 

@@ -196,7 +196,7 @@ def run(args) -> int:
         rows.append(
             _row(
                 f"{args.small_count}x{args.small_bytes} {case}",
-                joined.size * 4,
+                joined.nbytes,
                 n,
                 _median_time(comm, step, args.seconds),
                 _median_time(comm, one_mpi, args.seconds),
