@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ringtrain.bench import netns
+from ringtrain.bench import cluster, netns
 from ringtrain.bench.__main__ import main as bench_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,3 +73,21 @@ def test_it_refuses_without_root_and_says_so():
 def test_training_across_hosts_refuses_bad_options_by_name(options, message, capsys):
     assert bench_main(["train", *options]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_launch_gets_a_collective_timeout_inside_its_own_unless_one_is_set():
+    env = cluster.launch_env("hierarchical", 300, {"PATH": "/bin"})
+    assert env["RINGTRAIN_COLLECTIVE_TIMEOUT"] == "150"
+    assert env["RINGTRAIN_HIERARCHICAL_ALLREDUCE"] == "1" and env["PATH"] == "/bin"
+    env = cluster.launch_env("flat", 300, {"RINGTRAIN_COLLECTIVE_TIMEOUT": "20"})
+    assert env["RINGTRAIN_COLLECTIVE_TIMEOUT"] == "20"
+    assert env["RINGTRAIN_HIERARCHICAL_ALLREDUCE"] == "0"
+
+
+def test_a_launch_past_its_time_ends_with_what_it_printed(tmp_path):
+    argv = [sys.executable, "-c", "import time; print('at step 3', flush=True); time.sleep(60)"]
+    with pytest.raises(RuntimeError) as failed:
+        cluster._run_bounded(argv, dict(os.environ), 2, "2 hosts x 2 ranks, flat", tmp_path)
+    assert str(failed.value) == (
+        "the benchmark on 2 hosts x 2 ranks, flat ran past 2 s; its output ends:\nat step 3\n"
+    )

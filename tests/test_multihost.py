@@ -22,8 +22,8 @@ import bounded
 import pytest
 from mpi_launch import launch
 
+from ringtrain.bench import ceiling, netns
 from ringtrain.bench import cluster as cluster_bench
-from ringtrain.bench import netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "elastic"))
 import discovery  # noqa: E402 - next to the elastic job it serves
@@ -380,6 +380,29 @@ def test_a_sigterm_mid_run_leaves_no_namespace_or_rank_behind(bench_hosts):
     assert "ended by SIGTERM; the test hosts are removed" in err
     assert netns.left_behind(BENCH_PREFIX) == []
     assert [pid for pid, command in started.items() if _command(pid) == command] == []
+
+
+def test_the_tcp_ceiling_waits_for_its_server_and_names_why_it_failed(cluster):
+    """iperf3 3.12 exits 0 with an ``error`` and no traffic when nothing listens yet."""
+    if shutil.which("iperf3") is None:
+        pytest.skip("no iperf3 here (apt-get install -y iperf3)")
+    names, _ = cluster
+    address = _address(names[1])
+    assert ceiling._client(names[0], address, 0.2) == (
+        None,
+        "unable to connect to server: Connection refused",
+    )
+    bits, note = ceiling.tcp_ceiling(names[1], address, names[0], 1)
+    assert bits > 0 and note is None
+
+
+def _address(name):
+    """Return the IPv4 address of test host ``name``'s eth0."""
+    shown = subprocess.run(
+        ["ip", "-n", name, "-4", "-o", "addr", "show", "eth0"],
+        capture_output=True, text=True, timeout=20, check=True,
+    ).stdout  # fmt: skip
+    return shown.split(" inet ")[1].split("/")[0]
 
 
 def _wait_for_ranks(names, count, within=120):

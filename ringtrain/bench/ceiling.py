@@ -9,6 +9,7 @@ from ringtrain.bench import netns
 
 _CONNECT_TRIES = 20
 _CONNECT_PAUSE = 0.25
+_BOTH_WAYS = {"sum_received", "sum_received_bidir_reverse"}
 
 
 def tcp_ceiling(server: str, address: str, client: str, seconds: float):
@@ -25,19 +26,23 @@ def tcp_ceiling(server: str, address: str, client: str, seconds: float):
         listen, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     ) as listener:
         try:
-            report = _client(client, address, seconds)
+            report, error = _client(client, address, seconds)
         finally:
             listener.kill()
     if report is None:
-        return None, f"iperf3 found no server at {address} on {server}: no TCP ceiling measured"
+        return None, (f"iperf3 to {address} on {server} failed ({error}): no TCP ceiling measured")
     end = report["end"]
-    both = [end["sum_received"], end["sum_received_bidir_reverse"]]
-    return min(direction["bits_per_second"] for direction in both), None
+    return min(end[direction]["bits_per_second"] for direction in _BOTH_WAYS), None
 
 
 def _client(client, address, seconds):
-    """Run the iperf3 client, retrying while the server starts; return its report or None."""
+    """Run the iperf3 client, retrying while the server starts; return (report, None).
+
+    A try that reports no traffic both ways (iperf3 3.12 exits 0 with an ``error`` when the
+    server is not listening yet) is retried; after the last, return (None, its error).
+    """
     command = ["iperf3", "--client", address, "--time", f"{seconds:g}", "--bidir", "--json"]
+    error = "no try ran"
     for _ in range(_CONNECT_TRIES):
         done = subprocess.run(
             netns.on_host(client, command),
@@ -47,7 +52,9 @@ def _client(client, address, seconds):
             check=False,
         )
         report = json.loads(done.stdout) if done.stdout.strip() else {}
-        if done.returncode == 0 and "end" in report:
-            return report
+        end = report.get("end", {})
+        if done.returncode == 0 and _BOTH_WAYS <= end.keys() and "error" not in report:
+            return report, None
+        error = report.get("error") or done.stderr.strip() or f"exit status {done.returncode}"
         time.sleep(_CONNECT_PAUSE)
-    return None
+    return None, error

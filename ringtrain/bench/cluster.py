@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import ringtrain
+from ringtrain import settings
 from ringtrain.bench import netns
 from ringtrain.bench.allreduce import parse_sizes
 from ringtrain.bench.ceiling import tcp_ceiling
@@ -26,6 +27,8 @@ PREFIX = "rtbench"
 DEFAULT_SIZES = [1 << 20, 4 << 20, 16 << 20]
 _PROG = "python -m ringtrain.bench cluster"
 _PACKAGE_ROOT = str(Path(ringtrain.__file__).resolve().parent.parent)
+_COLLECTIVE_TIMEOUT = settings.env_name("collective_timeout")
+_HIERARCHICAL = settings.env_name("hierarchical_allreduce")
 
 
 def add_arguments(parser) -> None:
@@ -71,7 +74,8 @@ def add_arguments(parser) -> None:
         "--launch-timeout",
         type=float,
         default=300.0,
-        help="seconds one benchmark launch may take before it is killed (default 300)",
+        help="seconds one benchmark launch may take before it is killed (default 300); its "
+        "ranks' RINGTRAIN_COLLECTIVE_TIMEOUT is half of it unless set",
     )
     parser.add_argument("--prefix", default=PREFIX, help="name prefix of the namespaces")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
@@ -136,12 +140,7 @@ def _launch(args, names, per_host, transport):
             "--sizes", ",".join(map(str, args.sizes)), "--seconds", f"{args.seconds:g}",
             "--json", str(out), *shlex.split(args.bench_args),
         ]  # fmt: skip
-        env = dict(
-            os.environ,
-            **rank_env(),
-            # ringtrain-run passes RINGTRAIN_* variables on to every rank.
-            RINGTRAIN_HIERARCHICAL_ALLREDUCE=str(int(transport == "hierarchical")),
-        )
+        env = launch_env(transport, args.launch_timeout)
         what = f"{len(names)} hosts x {per_host} ranks, {transport}"
         _run_bounded(netns.on_host(names[0], command), env, args.launch_timeout, what, tmp)
         return json.loads(out.read_text())
@@ -155,6 +154,19 @@ def mpi_args(extra: str = "") -> list[str]:
     """
     words = ["--prtemca", "plm_ssh_agent", netns.agent(), "--mca", "mpi_yield_when_idle", "1"]
     return words + shlex.split(extra)
+
+
+def launch_env(transport: str, launch_timeout: float, environ=os.environ) -> dict[str, str]:
+    """Return the environment of one launch on ``transport``: ``environ`` and ``rank_env``'s.
+
+    ``ringtrain-run`` passes ``RINGTRAIN_*`` variables on to every rank. Unless ``environ``
+    sets one, the ranks' collective timeout is half the launch's, so that a wait that never
+    ends says what it waited for before the launch is killed.
+    """
+    env = dict(environ, **rank_env())
+    env[_HIERARCHICAL] = str(int(transport == "hierarchical"))
+    env.setdefault(_COLLECTIVE_TIMEOUT, f"{launch_timeout / 2:g}")
+    return env
 
 
 def rank_env() -> dict[str, str]:
@@ -178,14 +190,15 @@ def _run_bounded(argv, env, timeout, what, folder):
         )
         try:
             code = child.wait(timeout)
+            failure = f"exited {code}"
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"the benchmark on {what} ran past {timeout:g} s") from None
+            code, failure = None, f"ran past {timeout:g} s"
         finally:
             end_group(child)
         if code != 0:
             output.seek(0)
             tail = "".join(output.readlines()[-40:])
-            raise RuntimeError(f"the benchmark on {what} exited {code}; its output ends:\n{tail}")
+            raise RuntimeError(f"the benchmark on {what} {failure}; its output ends:\n{tail}")
 
 
 def _link_fractions(row, result):

@@ -7,10 +7,15 @@ import ml_dtypes
 import numpy as np
 
 import ringtrain
-from ringtrain import settings
-from ringtrain.buffers import BufferPool
-from ringtrain.topology import Topology, discover
-from ringtrain.transport.router import Transport
+from ringtrain import mpi_tuning, settings
+
+# As ringtrain.init() does, before the imports below start MPI: the scripts that drive the
+# transport directly then run with the same Open MPI settings as users' jobs.
+mpi_tuning.apply(settings.read().ring_chunk_bytes)
+
+from ringtrain.buffers import BufferPool  # noqa: E402
+from ringtrain.topology import Topology, discover  # noqa: E402
+from ringtrain.transport.router import Transport  # noqa: E402
 
 DTYPES = [
     np.uint8, np.int8, np.int32, np.int64, np.float16, ml_dtypes.bfloat16, np.float32,
