@@ -1,10 +1,12 @@
 """The CPU fusion-buffer kernels, checked element for element (and bit for bit) against NumPy."""
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from kernel_data import assert_bits, random_array
@@ -202,6 +204,37 @@ def test_every_16_bit_pattern_widens_exactly(dtype):
     buffer = np.zeros(patterns.size, F32)
     cpu.pack([patterns], buffer, [0], 1.0)
     assert_bits(buffer, patterns.astype(F32), nan_bits=dtype == BF16)
+
+
+@numba.njit
+def _each(convert, values, out):
+    for i in range(values.size):
+        out[i] = convert(values[i])
+    return out
+
+
+def test_the_float16_helpers_compiled_for_the_cpu_round_like_numpy_nan_bits_too():
+    """The kernels' conversions where the CPU has none in hardware, and the CUDA kernels'."""
+    patterns = np.arange(2**16, dtype=np.uint16)
+    widened = _each(cpu._f16_to_f32, patterns, np.empty(patterns.size, F32))
+    assert_bits(widened, patterns.view(F16).astype(F32))
+    values = float32_patterns()
+    narrowed = _each(cpu._f32_to_f16, values, np.empty(values.size, np.uint16))
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_bits(narrowed.view(F16), values.astype(F16))
+
+
+@pytest.mark.skipif(
+    platform.machine().lower() in ("aarch64", "arm64"), reason="AArch64 always has them"
+)
+def test_float16_instructions_are_used_only_where_numba_compiles_for_them(monkeypatch):
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx,+f16c")
+    assert cpu._float16_in_hardware()
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx,-f16c")
+    assert not cpu._float16_in_hardware()
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", None)
+    monkeypatch.setattr(numba.config, "CPU_NAME", "generic")
+    assert not cpu._float16_in_hardware()
 
 
 def test_read_only_and_strided_sources_pack_and_stay_read_only():
