@@ -30,7 +30,7 @@ def tcp_ceiling(server: str, address: str, client: str, seconds: float):
         finally:
             listener.kill()
     if report is None:
-        return None, (f"iperf3 to {address} on {server} failed ({error}): no TCP ceiling measured")
+        return None, f"iperf3 to {address} on {server} failed ({error}): no TCP ceiling measured"
     end = report["end"]
     return min(end[direction]["bits_per_second"] for direction in _BOTH_WAYS), None
 
