@@ -4,12 +4,14 @@ import pytest
 
 from ringtrain.transport.choice import (
     ATTACH_ABOVE_BYTES,
+    LEADERS_FROM_BYTES,
     RING_ALLGATHER_BYTES,
     Capabilities,
     Collective,
     Route,
     choose,
     hierarchical_wanted,
+    through_leaders,
 )
 
 MiB = 1 << 20
@@ -47,6 +49,12 @@ def test_hierarchical_takes_allreduce_and_leaves_reduce_scatter_to_the_flat_ring
     capabilities = Capabilities(size=4, hierarchical=True)
     assert choose(Collective.ALLREDUCE, 1, True, capabilities) is Route.HIERARCHICAL
     assert choose(Collective.REDUCE_SCATTER, 1, True, capabilities) is Route.MESSAGES
+
+
+def test_large_hierarchical_calls_cross_through_the_hosts_first_ranks():
+    assert LEADERS_FROM_BYTES == 8 * MiB
+    assert through_leaders(8 * MiB) and through_leaders(64 * MiB)
+    assert not through_leaders(8 * MiB - 1) and not through_leaders(0)
 
 
 @pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.REDUCE_SCATTER])

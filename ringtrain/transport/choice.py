@@ -8,6 +8,17 @@ Measured (docs/benchmarks.md), the rules are:
   carries its share across where the hosts run equally many ranks, else the hosts' first
   ranks carry it all). Splitting by host wins across slow links between hosts, and loses to
   the flat ring within one host.
+- Where the hosts run equally many ranks, a hierarchical allreduce whose bytes on the wire
+  reach ``LEADERS_FROM_BYTES`` crosses through the hosts' first ranks alone (the others feed
+  them chunk by chunk and take the result back), so that one stream of messages crosses
+  each link each way (``through_leaders``). At 1 Gbit/s, 2 hosts x 2 ranks, medians of
+  the `out=` and read-only calls over five rounds: 16 MiB took 141.5 and 142.7 ms against
+  145.9 and 146.0 with a ring per local rank, 8 MiB 73.3 and 71.1 against 73.4 and 73.2
+  (`MPI_Allreduce` 140.7 and 70.3). Over three rounds, 1 MiB took 9.2 and 9.6 against 8.9
+  and 8.7, and 4 MiB 38.8 and 37.2 against 36.2 and 36.7: there the host's first feed and
+  last share weigh more. At 10 Gbit/s it was faster at 4 and 16 MiB. A call compressed to
+  16 bits counts its 16-bit bytes: 16 MiB of float32 in fp16 took 73.3 ms through the
+  leaders against 75.5, 8 MiB 38.4 against 37.3.
 - Every rank on one host, with shared memory: calls that fit the shared-memory regions go
   through them (``SHARED``), except host calls of more than ``ATTACH_ABOVE_BYTES`` where
   every rank has a core of its own and peers may read each other's memory: those read
@@ -36,6 +47,7 @@ import enum
 
 ATTACH_ABOVE_BYTES = 2 << 20
 RING_ALLGATHER_BYTES = 4 << 20
+LEADERS_FROM_BYTES = 8 << 20
 
 
 class Collective(enum.Enum):
@@ -84,6 +96,15 @@ def hierarchical_wanted(setting: bool | None, host_count: int, most_per_host: in
     if setting is not None:
         return setting
     return host_count > 1 and most_per_host > 1
+
+
+def through_leaders(wire_bytes: int) -> bool:
+    """Return whether a hierarchical allreduce crosses hosts through their first ranks alone.
+
+    For hosts of equal size; ``wire_bytes`` is the call's size as it crosses the link
+    (half a float32 call's, compressed to 16 bits). See the module docstring.
+    """
+    return wire_bytes >= LEADERS_FROM_BYTES
 
 
 def choose(

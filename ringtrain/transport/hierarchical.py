@@ -8,8 +8,10 @@ rank ``i`` owns segment ``i``, and the ranks with local rank ``i`` on every host
 ring across hosts on it. The host's other ranks feed the owner their input for it, and
 take the result back, chunk by chunk while its ring runs (``owners``). Each host's link
 carries the same bytes as with one rank per host crossing, but ``m`` processes move and
-add them, and the steps within a host move each byte once instead of twice. Hosts of
-different sizes fall back to one rank per host: the host's ring gives each of its ranks
+add them, and the steps within a host move each byte once instead of twice. Large calls
+(``choice.through_leaders``) give the whole buffer to each host's first rank instead, the
+same way, so that one ring crosses the links. Hosts of different sizes fall back to one
+rank per host: the host's ring gives each of its ranks
 the host's sum, the hosts' first ranks run the ring across hosts, and each sends the
 result to the rest of its host.
 
@@ -22,10 +24,12 @@ as long for 16 MiB as with spinning ones.
 
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from ringtrain.ops import ReduceOp
 from ringtrain.transport import owners
+from ringtrain.transport.choice import through_leaders
 from ringtrain.transport.messages import MessageTransport
 from ringtrain.transport.schedule import segment_bounds
 
@@ -72,7 +76,8 @@ class HierarchicalAllreduce:
         hosts = self._host_count
         if local.size == 1:
             return across.ring(src, dst, op, postscale, _bounds(dst, hosts), True, compression)
-        bounds = _bounds(dst, local.size)
+        wire = dst.dtype if compression is None else np.dtype(compression)
+        bounds = _owned(len(dst), local.size, through_leaders(len(dst) * wire.itemsize))
         chunk = across.chunk_elements(dst.dtype, compression)
         # The ring of each local rank's segment runs at this host's place in it: across.rank.
         pieces = [owners.segment_pieces(across.rank, hosts, lo, hi, chunk) for lo, hi in bounds]
@@ -112,6 +117,13 @@ class HierarchicalAllreduce:
         if self.across is not None:
             self.across.comm.Free()
         self._local.comm.Free()
+
+
+def _owned(length, parts, leaders):
+    """Return each local rank's segment: even ones, or all of it for the first (``leaders``)."""
+    if leaders:
+        return [(0, length)] + [(length, length)] * (parts - 1)
+    return segment_bounds(length, parts)
 
 
 def _bounds(array, parts):
