@@ -255,6 +255,13 @@ def test_hierarchical_allreduce_on_pretend_hosts(np):
     check("check_hierarchical_hosts.py", np, timeout=240)
 
 
+@pytest.mark.parametrize("np", [4, 6])
+def test_a_hosts_results_arrive_when_every_receive_is_posted_late(np):
+    # Hung about one 2 x 2 cluster benchmark launch in 20: every rank of a host waited for
+    # its own results to go before posting the receives of the others'.
+    check("check_late_results.py", np, timeout=120)
+
+
 def test_a_burst_of_small_tensors_is_fused_into_few_ring_passes(tmp_path):
     path = tmp_path / "timeline.json"
     check("check_timeline.py", 2, env={"RINGTRAIN_TIMELINE": str(path)})

@@ -84,6 +84,7 @@ class HierarchicalAllreduce:
         exchange = owners.Exchange(local, src, dst, pieces, self._waiter)
         lo, hi = bounds[local.rank]
         reduced = time.perf_counter_ns()
+        feed = None
         if hi > lo:  # every rank of this ring has the same segment, empty or not
             segment = dst[lo:hi]
             reads = [(a - lo, b - lo) for a, b in pieces[local.rank][0]]
@@ -93,8 +94,11 @@ class HierarchicalAllreduce:
             reduced = across.ring(
                 segment, segment, op, postscale, _bounds(segment, hosts), True, compression, feed
             )
-            feed.finish()
+        # The others' results first: a rank may post their receives only now, and each waits
+        # for its own to be received (tests/mpi/check_late_results.py).
         exchange.finish()
+        if feed is not None:
+            feed.finish()
         return reduced
 
     def _through_leaders(self, src, dst, op, postscale, compression) -> int:
