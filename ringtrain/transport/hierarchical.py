@@ -11,9 +11,8 @@ carries the same bytes as with one rank per host crossing, but ``m`` processes m
 add them, and the steps within a host move each byte once instead of twice. Large calls
 (``choice.through_leaders``) give the whole buffer to each host's first rank instead, the
 same way, so that one ring crosses the links. Hosts of different sizes fall back to one
-rank per host: the host's ring gives each of its ranks
-the host's sum, the hosts' first ranks run the ring across hosts, and each sends the
-result to the rest of its host.
+rank per host: the host's ring gives each of its ranks the host's sum, the hosts' first
+ranks run the ring across hosts, and each sends the result to the rest of its host.
 
 Every step is point-to-point messages in chunks (``messages.MessageTransport``). Each wait
 is for one chunk, so a rank that sleeps between polls (``progress``) slows a step by a
