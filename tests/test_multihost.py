@@ -142,7 +142,7 @@ def test_an_elastic_job_grows_onto_other_hosts_and_survives_a_crash_there(cluste
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     assert "the ranks stopped at a commit for the new hosts; relaunching" in done.stderr
     assert f"generation 1: 4 ranks on {grown.replace(',', ', ')}" in done.stderr
-    # Open MPI's status: rank 3's own (3), or once in CI 213 (PRTE's for an aborted job).
+    # The status is Open MPI's: rank 3's own (3) as a rule, but once in CI 213, cause unknown.
     failed = r"the job failed \(exit status (\d+)\); relaunching from its last commit"
     assert re.search(failed, done.stderr), done.stderr
     result = replay.checked_result(tmp_path / "out.json", 120)

@@ -4,8 +4,8 @@ Run with TCP alone (``OMPI_MCA_btl=tcp,self``) at 2 ranks. Rank 0 sends one chun
 rank 1 posts its receive only once rank 0 has seen that send complete. Above the eager limit
 the send could not complete first: Open MPI would wait for the receive. argv[1]: "eager" or
 "default" (the user's own limit, Open MPI's 64 KiB, must win: the send then waits). It
-imports nothing that imports mpi4py.MPI before ``init()`` (``common`` does), as a user's
-script would not.
+imports nothing that imports mpi4py.MPI before ``init()``, as a user's script would not, and
+not ``common``, which sets the limit itself and would hide whether ``init()`` did.
 """
 
 import os
