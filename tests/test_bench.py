@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mpi_launch import launch
 
 import ringtrain
@@ -41,21 +42,38 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
 
 
 def test_allreduce_benchmark_adds_a_row_per_size_with_16_bit_values_on_the_wire(tmp_path):
+    """... and ``--small-count 0`` leaves the many-small-tensors rows out."""
     out = tmp_path / "rows.json"
     command = [
         find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none",
         sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", "4096,65536",
-        "--seconds", "0.05", "--small-count", "2", "--compression", "bf16", "--json", str(out),
+        "--seconds", "0.05", "--small-count", "0", "--compression", "bf16", "--json", str(out),
     ]  # fmt: skip
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     done, _ = launch(command, 120, env=env)
     assert done.returncode == 0, done.stderr
     cases = [(r["case"], r["bytes"]) for r in json.loads(out.read_text())]
-    assert cases[:6] == [
+    assert cases == [
         ("single", 4096), ("single, read-only", 4096), ("single, bf16", 4096),
         ("single", 65536), ("single, read-only", 65536), ("single, bf16", 65536),
     ]  # fmt: skip
     assert "single, bf16" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [("--small-count", "-1", "0 (no small tensors) or more, got -1"),
+     ("--small-bytes", "6", "positive multiple of 4 (whole float32 values), got 6"),
+     ("--small-bytes", "0", "got 0")],
+)  # fmt: skip
+def test_allreduce_benchmark_refuses_small_tensors_it_cannot_make_naming_the_value(
+    option, value, expected, capsys
+):
+    with pytest.raises(SystemExit) as stopped:
+        bench_main(["allreduce", option, value])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and expected in err
 
 
 def test_kernel_benchmark_reports_each_kernel_against_a_copy():

@@ -5,6 +5,7 @@ then stages them through host memory around ``MPI_Allreduce``, as Horovod does o
 without NCCL: a copy to the host, the allreduce, a copy back.
 """
 
+import argparse
 import json
 import statistics
 import time
@@ -24,6 +25,24 @@ def parse_sizes(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
+def _count(text: str) -> int:
+    """Return ``--small-count``: how many small tensors, 0 for none."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no small tensors) or more, got {value}")
+    return value
+
+
+def _float32_bytes(text: str) -> int:
+    """Return ``--small-bytes``: a positive whole number of float32 values, in bytes."""
+    value = int(text)
+    if value < 4 or value % 4:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive multiple of 4 (whole float32 values), got {value}"
+        )
+    return value
+
+
 def add_arguments(parser) -> None:
     """Declare this benchmark's options on ``parser``."""
     parser.add_argument(
@@ -38,8 +57,15 @@ def add_arguments(parser) -> None:
         default=1.0,
         help="time budget per size and contender (default 1.0)",
     )
-    parser.add_argument("--small-count", type=int, default=200)
-    parser.add_argument("--small-bytes", type=int, default=16 * _KIB)
+    parser.add_argument(
+        "--small-count",
+        type=_count,
+        default=200,
+        help="small tensors of the many-small-tensors rows (default 200; 0 leaves them out)",
+    )
+    parser.add_argument(
+        "--small-bytes", type=_float32_bytes, default=16 * _KIB, help="bytes of each small tensor"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     parser.add_argument(
         "--adasum",
@@ -173,6 +199,21 @@ def run(args) -> int:
             rows.append(_row("single, Adasum", nbytes, n, adasum, mpi))
         del src, out, recv
 
+    if args.small_count:
+        rows += _small_rows(comm, args, place)
+    if comm.Get_rank() == 0:
+        _print(rows)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(rows, f, indent=1)
+    ringtrain.shutdown()
+    return 0
+
+
+def _small_rows(comm, args, place):
+    """Return the many-small-tensors rows: grouped, and one call each, against one MPI call."""
+    n = comm.Get_size()
+    rows = []
     hosted = [
         np.random.default_rng(i).random(args.small_bytes // 4, dtype=np.float32)
         for i in range(args.small_count)
@@ -202,13 +243,7 @@ def run(args) -> int:
                 _median_time(comm, one_mpi, args.seconds),
             )
         )
-    if comm.Get_rank() == 0:
-        _print(rows)
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(rows, f, indent=1)
-    ringtrain.shutdown()
-    return 0
+    return rows
 
 
 def _placement(args):
