@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from ringtrain.errors import CollectiveTimeoutError
 from ringtrain.topology import Topology
-from ringtrain.transport.progress import LostNotice, Waiter
+from ringtrain.transport.progress import MIN_SPINS, SHORT_SLEEPS, SPINS, LostNotice, Waiter
 
 # Rank 1 of a three-rank communicator whose ranks are 5, 6 and 7 of the job.
 _HOSTS = ("hostA", "hostA", "hostB")
@@ -19,6 +19,11 @@ def _waiter(timeout=0.0):
     """Return the Waiter of rank 1 of the communicator above."""
     topology = Topology(1, 3, 1, 2, 0, 2, (0, 0, 2), _HOSTS, _WORLD)
     return Waiter(timeout, topology)
+
+
+def _alone_waiter():
+    """Return the Waiter of rank 2 of the communicator above, alone on hostB."""
+    return Waiter(5.0, Topology(2, 3, 0, 1, 1, 2, (0, 0, 2), _HOSTS, _WORLD))
 
 
 def _notice():
@@ -46,6 +51,55 @@ def test_a_wait_that_completes_never_asks_for_notices():
     waiter = _waiter(timeout=5.0)
     waiter.listen(lambda: pytest.fail("a wait that completes while spinning asked"))
     waiter.until(lambda: True, [0], "a broadcast of 0 bytes")
+
+
+def _ready_at(poll, polls):
+    """Return a ready() that counts its calls in ``polls`` and is true from call ``poll`` on."""
+
+    def ready():
+        polls.append(None)
+        return len(polls) >= poll
+
+    return ready
+
+
+def test_long_adapting_waits_halve_the_polls_of_the_next_down_to_a_floor():
+    waiter = _alone_waiter()
+    assert waiter.spins == SPINS
+    expected = SPINS
+    while expected > MIN_SPINS:
+        polls = []
+        ready = _ready_at(expected + SHORT_SLEEPS + 2, polls)
+        waiter.until(ready, [0], "a ring of 4 bytes", adapt=True)
+        assert len(polls) == expected + SHORT_SLEEPS + 2  # it polled ``expected`` times first
+        expected = max(MIN_SPINS, expected // 2)
+        assert waiter.spins == expected
+    waiter.until(_ready_at(MIN_SPINS + 10, []), [0], "a ring of 4 bytes", adapt=True)
+    assert waiter.spins == MIN_SPINS
+    polls = []
+    waiter.until(_ready_at(SPINS + SHORT_SLEEPS + 2, polls), [0], "a ring of 4 bytes")
+    assert len(polls) == SPINS + SHORT_SLEEPS + 2  # other waits poll SPINS times
+    assert waiter.spins == MIN_SPINS  # and leave the adapting waits' polls alone
+
+
+def test_an_adapting_wait_that_ends_soon_after_its_polls_doubles_them():
+    waiter = _alone_waiter()
+    waiter.spins = MIN_SPINS
+    waiter.until(_ready_at(MIN_SPINS + SHORT_SLEEPS + 1, []), [0], "a ring of 4 bytes", True)
+    assert waiter.spins == 2 * MIN_SPINS
+    waiter.until(_ready_at(2 * MIN_SPINS, []), [0], "a ring of 4 bytes", True)  # while polling
+    assert waiter.spins == 2 * MIN_SPINS
+    waiter.spins = SPINS
+    waiter.until(_ready_at(SPINS + 1, []), [0], "a ring of 4 bytes", True)
+    assert waiter.spins == SPINS
+
+
+def test_a_rank_that_shares_its_host_polls_every_wait_in_full():
+    waiter = _waiter(timeout=5.0)  # rank 1, beside rank 0 on hostA
+    polls = []
+    waiter.until(_ready_at(SPINS + SHORT_SLEEPS + 2, polls), [2], "a ring of 4 bytes", True)
+    assert len(polls) == SPINS + SHORT_SLEEPS + 2
+    assert waiter.spins == SPINS
 
 
 def test_a_rank_in_no_collective_says_so():

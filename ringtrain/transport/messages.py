@@ -165,7 +165,7 @@ class MessageTransport:
             request, t, lo, hi, target = posted.popleft()
             if feed is not None and steps[t].reduce:
                 feed.ready(lo, hi, sends.received)
-            until(functools.partial(sends.received, request), left_peer, what)
+            until(functools.partial(sends.received, request), left_peer, what, True)
             if steps[t].reduce:
                 scale = postscale if t == last_reduce else 1.0
                 if wire is None:

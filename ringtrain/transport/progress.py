@@ -6,9 +6,12 @@ the last progress with that peer, however long the whole transfer is: a slow but
 the timeout. A wait also ends when another rank reports a lost peer (a ``LostNotice``): the
 rank that found it tells every other, and each of those fails with its own error, naming
 what it waited for, rather than waiting out its own timeout. A wait first polls (yielding
-the CPU between polls) ``SPINS`` times, then sleeps between polls, doubling the sleep up to
-``LONGEST_SLEEP``: a stuck rank stops eating its core within milliseconds, and ranks that
-outnumber the cores do not starve each other.
+the CPU between polls) ``SPINS`` times, then sleeps between polls, doubling the sleep up
+to ``LONGEST_SLEEP``: a stuck rank stops eating its core within milliseconds, and ranks that
+outnumber the cores do not starve each other. On a rank alone on its host, a ring's wait
+for its next chunk adapts how long it polls to how long the waits before it took
+(``Waiter.until``): on a slow link those take milliseconds, and polling through them took
+the cores from the training beside them.
 """
 
 import os
@@ -17,9 +20,15 @@ from typing import NamedTuple
 
 from ringtrain.errors import CollectiveTimeoutError
 
-# A wait first polls this many times, yielding the CPU between polls: about a millisecond
-# (a sched_yield takes 0.3-1 us), counted rather than timed to keep a clock off each poll.
+# A wait first polls at most this many times, yielding the CPU between polls: about 1.6 ms
+# (an MPI request's test and a sched_yield take about 0.8 us), counted rather than timed to
+# keep a clock off each poll.
 SPINS = 2000
+# ... and a ring's wait for its next chunk at least this many: one that sleeps more than
+# SHORT_SLEEPS times after its polls (20 + 40 us, 100-200 us with the kernel's timer slack)
+# halves the next one's polls, down to MIN_SPINS; one that ends sooner doubles them.
+MIN_SPINS = 32
+SHORT_SLEEPS = 2
 _FIRST_SLEEP = 20e-6
 # A sleep overshoots the message's arrival by this much at most: 3% of a 1 MiB chunk's time
 # at 1 Gbit/s (8.4 ms), for under 1% of a core while a rank waits.
@@ -59,6 +68,11 @@ class Waiter:
         self._hosts = topology.host_names
         self._world = topology.world_ranks
         self._notices = _no_notice
+        self._mates = frozenset(
+            r for r, h in enumerate(self._hosts) if h == self._hosts[self._rank]
+        )
+        self._adapts = len(self._mates) == 1  # alone on its host (``until``)
+        self.spins = SPINS  # polls of the next adapting wait before it sleeps (``until``)
 
     def listen(self, notices) -> None:
         """Call ``notices()`` every ``LISTEN_EVERY`` s of a sleeping wait, and while lingering.
@@ -81,25 +95,40 @@ class Waiter:
         """
         self.until(request.Test, peers, what)
 
-    def until(self, ready, peers, what: str) -> None:
-        """Return once ``ready()`` is true, polling it as ``wait`` polls a request."""
-        for _ in range(SPINS):
+    def until(self, ready, peers, what: str, adapt: bool = False) -> None:
+        """Return once ``ready()`` is true, polling it as ``wait`` polls a request.
+
+        It polls ``SPINS`` times, then sleeps between polls. An ``adapt`` wait (a ring's wait
+        for its next chunk, which takes milliseconds on a slow link) of a rank alone on its
+        host polls ``spins`` times instead: one that ends within ``SHORT_SLEEPS`` sleeps
+        doubles them (up to ``SPINS``), since polling a little longer would have caught it,
+        and a longer one halves them (down to ``MIN_SPINS``). Where a host runs several
+        ranks, the polls also move the host's own transfers, and polling less cost 2 x 2
+        hosts 3-4% at 4 MiB (docs/benchmarks.md, "Polling while a ring waits").
+        """
+        adapt = adapt and self._adapts
+        spins = self.spins if adapt else SPINS
+        for _ in range(spins):
             if ready():
                 return
             os.sched_yield()
-        self._sleep_until(ready, peers, what, time.perf_counter())
+        sleeps = self._sleep_until(ready, peers, what, time.perf_counter())
+        if adapt:
+            short = sleeps <= SHORT_SLEEPS
+            self.spins = min(SPINS, spins * 2) if short else max(MIN_SPINS, spins // 2)
 
-    def _sleep_until(self, ready, peers, what, began) -> None:
+    def _sleep_until(self, ready, peers, what, began) -> int:
         """Poll ``ready()`` with growing sleeps between, until it is true or the wait times out.
 
-        The timeout counts from ``began``; the spinning before it (about a millisecond) is
-        not counted.
+        The timeout counts from ``began``; the polling before it (1.6 ms at most) is not
+        counted. Returns how many times it slept.
         """
         limit = self.timeout
-        if limit and all(self._hosts[p] == self._hosts[self._rank] for p in peers):
+        if limit and self._mates.issuperset(peers):
             limit += LOCAL_GRACE_SECONDS
         pause = _FIRST_SLEEP
         listen_at = 0.0
+        sleeps = 0
         while not ready():
             waited = time.perf_counter() - began
             if limit and waited >= limit:
@@ -113,7 +142,9 @@ class Waiter:
                 if notice is not None:
                     raise self.relayed(notice, peers, what)
             time.sleep(pause)
+            sleeps += 1
             pause = min(pause * 2, LONGEST_SLEEP)
+        return sleeps
 
     def wait_all(self, requests, peers, what: str) -> None:
         """Return once every one of ``requests`` completes (see ``wait``)."""
