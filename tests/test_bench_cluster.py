@@ -75,6 +75,15 @@ def test_training_across_hosts_refuses_bad_options_by_name(options, message, cap
     assert message in capsys.readouterr().err
 
 
+def test_the_link_bound_counts_what_an_allreduce_must_send_out_of_each_host():
+    from ringtrain.bench.train_cluster import link_bound
+
+    # Two hosts: each sends its whole 125 MB at 1 Gbit/s, one second a step of 2 x 64.
+    assert link_bound(125_000_000, 2, 64, 1_000_000_000) == pytest.approx(128)
+    # Four hosts: each sends 3/2 of it; ten times the rate is ten times the steps.
+    assert link_bound(125_000_000, 4, 64, 10_000_000_000) == pytest.approx(256 * 10 / 1.5)
+
+
 def test_a_launch_gets_a_collective_timeout_inside_its_own_unless_one_is_set():
     env = cluster.launch_env("hierarchical", 300, {"PATH": "/bin"})
     assert env["RINGTRAIN_COLLECTIVE_TIMEOUT"] == "150"

@@ -195,6 +195,18 @@ def test_hidden_fraction_counts_communication_after_the_last_enqueue(tmp_path):
     assert hidden_fraction(str(path), skip_steps=1) == pytest.approx(1 - 20 / 30)
 
 
+def test_the_benchmark_models_gradients_weigh_what_their_layers_hold():
+    from ringtrain.bench.train import _model_and_data, gradient_bytes
+
+    # 784-1024x3-10, weights and biases, float32.
+    mlp = 784 * 1024 + 2 * 1024 * 1024 + 1024 * 10 + 3 * 1024 + 10
+    # Two 3x3 convolutions (1 -> 32 -> 64 channels), 12 x 12 x 64 pooled into 128, then 10.
+    cnn = 9 * 32 + 32 + 9 * 32 * 64 + 64 + 12 * 12 * 64 * 128 + 128 + 128 * 10 + 10
+    for name, params in (("mlp", mlp), ("cnn", cnn)):
+        build = _model_and_data(name, 1)[2]
+        assert gradient_bytes(build()) == 4 * params, name
+
+
 def test_the_training_table_gives_medians_and_ratios_taken_within_each_round():
     from ringtrain.bench.train import summarize
 

@@ -144,7 +144,7 @@ def _measure_round(args, model):
     """Run every contender once; return their results."""
     n = args.np
     alone = launch([worker_command(args, "alone", model)], args.timeout)[0]
-    independent = launch(_shared(args, "alone", model), args.timeout)
+    independent = launch(at_once(args, "alone", model), args.timeout)
     rt_cmd = worker_command(args, "ringtrain", model)
     ringtrain = launch([_runner(n, rt_cmd)], args.timeout)[0]
     folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
@@ -153,7 +153,7 @@ def _measure_round(args, model):
         traced = launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
     finally:
         shutil.rmtree(folder)
-    mwms = launch(_shared(args, "mwms", model), args.timeout, _mwms_env(n))[0]
+    mwms = launch(at_once(args, "mwms", model), args.timeout, _mwms_env(n))[0]
     # Each contender: the processes that reported for it, and the figure it takes of them.
     reports = {
         "one process": ([alone], "samples_per_sec"),
@@ -239,7 +239,7 @@ def _runner(n, command):
     return [sys.executable, "-m", "ringtrain.runner", "-np", str(n), *command]
 
 
-def _shared(args, worker, model):
+def at_once(args, worker, model):
     """Return the commands of ``args.np`` processes that run at once and share the cores."""
     command, n = worker_command(args, worker, model), args.np
     return [[*command, "--index", str(i), "--processes", str(n)] for i in range(n)]
@@ -364,6 +364,7 @@ def _work(args) -> int:
         "cpu_ms_per_step": {role: used / args.steps * 1000 for role, used in cpu.items()},
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "cpus": len(affinity.current() or ()),
+        "gradient_bytes": gradient_bytes(model),
     }
     if kind == "ringtrain":
         result.update(_ringtrain_extras(args, build, x, y, n, hvd))
@@ -373,6 +374,12 @@ def _work(args) -> int:
     if reporting:
         print(_MARK + json.dumps(result), flush=True)
     return 0
+
+
+def gradient_bytes(model) -> int:
+    """Return the bytes of one replica's gradients a step: what an allreduce of them moves."""
+    variables = model.trainable_variables
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
 
 
 def _ringtrain_extras(args, build, x, y, n, hvd):

@@ -5,6 +5,8 @@ Makes H test hosts (``ringtrain.bench.netns``), one rank each, and for every rat
 model, once per round, with the same model, per-rank batch, data and threads:
 
 - one process alone, on this machine (the scaling baseline);
+- H independent processes at once, on this machine, none binding cores (as a rank alone on
+  its host binds none): what the cores allow H ranks, with no communication at all;
 - ringtrain (``DistributedOptimizer``), and ringtrain with ``Compression.fp16``;
 - Horovod's way: each step's gradients packed into one buffer and averaged by one
   ``MPI_Allreduce`` after backprop, as Horovod 0.28 does on CPU;
@@ -12,7 +14,9 @@ model, once per round, with the same model, per-rank batch, data and threads:
 
 The table gives, per rate, what ``bench train`` gives on one machine (samples/sec over all
 ranks, the scaling ratio against one process, the ratio to MultiWorkerMirroredStrategy,
-ringtrain's hidden fraction), plus each contender's ratio to Horovod's way.
+ringtrain's hidden fraction), plus each contender's ratio to Horovod's way, and two bounds
+per model: the independent processes' samples/sec (the cores), and what the link allows an
+uncompressed allreduce (``link_bound``).
 """
 
 import json
@@ -79,8 +83,12 @@ def _measure_rate(args, hosts, rate):
             rounds.append(_measure_round(args, model, hosts))
             rates = ", ".join(f"{name} {sps:.0f}" for name, sps in rounds[-1]["rates"].items())
             print(f"{rate} {model} round {k}/{args.rounds}, samples/s: {rates}", flush=True)
+        bound = link_bound(
+            rounds[0]["gradient_bytes"], args.hosts, args.batch, netns.parse_rate(rate)
+        )
         for row in train.summarize(model, rounds, args.batch):
             row["rate"] = rate
+            row["link_bound_samples_per_sec"] = bound
             row["vs_horovod"] = float(
                 np.median([r["rates"][row["contender"]] / r["rates"][_HOROVOD] for r in rounds])
             )
@@ -90,8 +98,30 @@ def _measure_rate(args, hosts, rate):
     print(f"{'model':<6} {'contender':<40} {'vs ' + _HOROVOD}")
     for row in rows:
         print(f"{row['model']:<6} {row['contender']:<40} {row['vs_horovod']:.2f}")
+    for row in rows:
+        if row["contender"] == _independent(args.hosts):
+            print(
+                f"{row['model']}: the cores allow {row['samples_per_sec']:.0f} samples/s "
+                f"({row['contender']}); the link {row['link_bound_samples_per_sec']:.0f} "
+                "uncompressed"
+            )
     print(flush=True)
     return rows
+
+
+def link_bound(gradient_bytes, hosts, batch, bits_per_s) -> float:
+    """Return the samples/sec over ``hosts`` ranks that no uncompressed allreduce can pass.
+
+    An allreduce of ``gradient_bytes`` a step over ``hosts`` hosts sends at least
+    ``2(h-1)/h`` of them out of each host (a ring sends just that), and each link carries
+    ``bits_per_s`` each way.
+    """
+    seconds = 2 * (hosts - 1) / hosts * gradient_bytes * 8 / bits_per_s
+    return hosts * batch / seconds
+
+
+def _independent(hosts) -> str:
+    return f"{hosts} independent processes"
 
 
 def _measure_round(args, model, hosts):
@@ -106,6 +136,8 @@ def _measure_round(args, model, hosts):
             return _launch_ranks(args, names, hostfile, command)
 
         alone = train.launch([train.worker_command(args, "alone", model)], args.timeout)[0]
+        unbound = [{"RINGTRAIN_BIND_CORES": "0"}] * n
+        independent = train.launch(train.at_once(args, "alone", model), args.timeout, unbound)
         ringtrain = ranks("ringtrain")
         fp16 = ranks("ringtrain", "--compression", "fp16")
         traced = ranks("ringtrain", "--timeline", os.path.join(folder, "timeline-{rank}.json"))
@@ -118,8 +150,10 @@ def _measure_round(args, model, hosts):
             args.timeout,
             _mwms_env(list(hosts.values())),
         )[0]
+    together = dict(independent[0], samples_per_sec=sum(r["samples_per_sec"] for r in independent))
     reports = {
         "one process": alone,
+        _independent(n): together,
         f"ringtrain, {n} hosts": ringtrain,
         f"ringtrain, {n} hosts, fp16": fp16,
         _HOROVOD: packed,
@@ -132,6 +166,7 @@ def _measure_round(args, model, hosts):
         "threads": {found["inter_op_threads"] for found in reports.values()},
         "cpus": {name: {found["cpus"]} for name, found in reports.items()},
         "cpu_ms": {name: found["cpu_ms_per_step"] for name, found in reports.items()},
+        "gradient_bytes": alone["gradient_bytes"],
     }
 
 
