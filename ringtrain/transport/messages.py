@@ -1,15 +1,15 @@
 """The MPI-message transport: every collective as MPI messages over one communicator.
 
 Only buffer (uppercase) calls are used: tensor data is never pickled. The ring allreduce
-cuts each segment into chunks; a chunk is forwarded to the right neighbour as soon as it
-has been received and reduced, while the next chunks are still in flight, so sending one
-piece overlaps reducing the previous one. Receives are posted ahead into reused scratch
-slots, as many as cover ``window_bytes`` (at least ``MIN_WINDOW``): MPI's TCP transport
-sends a large message only once its receive is posted and that news has crossed back, so
-the receives posted ahead must cover what the link holds in flight. Allgather is MPI's
-own collective on bytes, or the ring's allgather half (``allgatherv_ring``); broadcast and
-alltoall are MPI's own collectives on bytes, and Adasum runs its exchange
-(``ringtrain.transport.adasum``) over the same communicator.
+cuts each segment into chunks (a small segment into four, of 64 KiB at least); a chunk is
+forwarded to the right neighbour as soon as it has been received and reduced, while the
+next chunks are still in flight, so sending one piece overlaps reducing the previous one.
+Receives are posted ahead into reused scratch slots, as many as cover ``window_bytes`` (at
+least ``MIN_WINDOW``): MPI's TCP transport sends a large message only once its receive is
+posted and that news has crossed back, so the receives posted ahead must cover what the
+link holds in flight. Allgather is MPI's own collective on bytes, or the ring's allgather
+half (``allgatherv_ring``); broadcast and alltoall are MPI's own collectives on bytes, and
+Adasum runs its exchange (``ringtrain.transport.adasum``) over the same communicator.
 """
 
 import functools
@@ -41,6 +41,14 @@ SLOW_LINK_BYTES_PER_S = 250e6  # 2 Gbit/s: below it, a link is slow
 # 2 ranks, 16 MiB took 150-164 ms with two in flight and 179-183 with four (one run each).
 SLOW_LINK_IN_FLIGHT_BYTES = 256 << 10
 _TIMED_SEND_BYTES = 256 << 10  # smaller sends are not timed: their latency rules them
+# A ring without a feed cuts each segment into MIN_PIECES chunks at least, none under
+# MIN_PIECE_BYTES, so that a small call's allgather half forwards a segment's first piece
+# before its last has come (``piece_elements``). At 10 Gbit/s, 2 hosts x 1 rank, two
+# alternating pairs: 1 MiB took 0.83-1.01 ms against 1.06-1.37 with one piece a segment,
+# 4 MiB 3.39-4.96 against 4.13-5.46; at 1 Gbit/s level. The owners' rings of a
+# hierarchical allreduce keep whole chunks: smaller ones measured slower there (choice.py).
+MIN_PIECES = 4
+MIN_PIECE_BYTES = 64 << 10
 
 
 class MessageTransport:
@@ -83,7 +91,8 @@ class MessageTransport:
         """Return the elements of one chunk of a ring on ``dtype`` data (see ``ring``).
 
         An uncompressed ring cuts ``link_chunk_bytes``; a compressed one ``chunk_bytes``,
-        because smaller chunks made it slower (docs/benchmarks.md, 16-bit values).
+        because smaller chunks made it slower (docs/benchmarks.md, 16-bit values). A ring
+        without a feed cuts small segments finer (``piece_elements``).
         """
         if compression is None:
             return max(1, self.link_chunk_bytes // np.dtype(dtype).itemsize)
@@ -104,6 +113,9 @@ class MessageTransport:
         wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
         scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
         chunk = self.chunk_elements(dst.dtype, compression)
+        if feed is None:
+            longest = max((hi - lo for lo, hi in bounds), default=0)
+            chunk = piece_elements(chunk, longest, scratch_dtype.itemsize)
         last_reduce = sum(step.reduce for step in steps) - 1
         first, recvs = schedule.ring_pieces(steps, bounds, chunk)
         stride = min(chunk, len(src))
@@ -364,6 +376,15 @@ class _Wire:
     def widen(self, lo, hi):
         """Write the 16-bit values at ``[lo, hi)`` into ``dst``, exactly, as float32."""
         self._backend.pack([self._values[lo:hi]], self._dst[lo:hi], [0])
+
+
+def piece_elements(chunk: int, longest: int, itemsize: int) -> int:
+    """Return the chunk, in elements, of a ring whose longest segment has ``longest``.
+
+    ``chunk`` elements at most, and else a ``MIN_PIECES``-th of the segment, but not under
+    ``MIN_PIECE_BYTES`` of ``itemsize``-byte values on the wire.
+    """
+    return min(chunk, max(MIN_PIECE_BYTES // itemsize, -(-longest // MIN_PIECES)))
 
 
 def displacements(counts) -> list[int]:
