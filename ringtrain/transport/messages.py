@@ -46,7 +46,8 @@ _TIMED_SEND_BYTES = 256 << 10  # smaller sends are not timed: their latency rule
 # before its last has come (``piece_elements``). At 10 Gbit/s, 2 hosts x 1 rank, two
 # alternating pairs: 1 MiB took 0.83-1.01 ms against 1.06-1.37 with one piece a segment,
 # 4 MiB 3.39-4.96 against 4.13-5.46; at 1 Gbit/s level. The owners' rings of a
-# hierarchical allreduce keep whole chunks: smaller ones measured slower there (choice.py).
+# hierarchical allreduce keep whole chunks: smaller ones measured slower there
+# (``link_chunk``, and docs/benchmarks.md, "Where the rest of 2 x 2's time goes").
 MIN_PIECES = 4
 MIN_PIECE_BYTES = 64 << 10
 
@@ -379,7 +380,7 @@ class _Wire:
 
 
 def piece_elements(chunk: int, longest: int, itemsize: int) -> int:
-    """Return the chunk, in elements, of a ring whose longest segment has ``longest``.
+    """Return the chunk, in elements, of a ring whose longest segment has ``longest`` of them.
 
     ``chunk`` elements at most, and else a ``MIN_PIECES``-th of the segment, but not under
     ``MIN_PIECE_BYTES`` of ``itemsize``-byte values on the wire.
