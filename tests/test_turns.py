@@ -6,17 +6,19 @@ whether another thread was inside a turn at the same time.
 
 import threading
 import time
+import types
 
 import pytest
 
+from ringtrain.engine import turns as turns_module
 from ringtrain.engine.handle import Handle
-from ringtrain.engine.turns import Turns
+from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns, spin_seconds
 
 
 class Work:
     """A stand-in engine: handles queued by callers, one completed per turn."""
 
-    def __init__(self, size, fail_on=None):
+    def __init__(self, size, fail_on=None, spin=SPIN_SECONDS):
         self.queue = []
         self.lock = threading.Lock()
         self.inside = threading.Lock()
@@ -27,7 +29,7 @@ class Work:
         self.fail_on = fail_on
         self.turns = Turns(
             self.turn, lambda: self.stopped, lambda: bool(self.queue), lambda: False,
-            self.abort, 0.001, size,
+            self.abort, 0.001, size, spin,
         )  # fmt: skip
 
     def turn(self):
@@ -132,3 +134,40 @@ def test_a_failed_turn_is_handed_to_abort_naming_the_thread(size):
         assert where == "its own thread"
     else:
         assert where in ("its own thread", f"thread {waiter.name!r}, which waits for its call")
+
+
+def test_a_rank_alone_on_its_host_spins_less_between_turns():
+    assert spin_seconds(2, 1) == spin_seconds(3, 1) == LONE_SPIN_SECONDS < SPIN_SECONDS
+    assert spin_seconds(1, 1) == spin_seconds(4, 2) == spin_seconds(2, 2) == SPIN_SECONDS
+
+
+class SteppingClock:
+    """A ``perf_counter`` that moves on 10 us each time it is read."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        """Return the time, 10 us on from the last read."""
+        self.now += 1e-5
+        return self.now
+
+
+@pytest.mark.parametrize("spin", [SPIN_SECONDS, LONE_SPIN_SECONDS])
+def test_the_engine_thread_spins_for_its_spin_time_after_progress_then_sleeps(monkeypatch, spin):
+    # The clock moves 10 us a read, and the thread reads it once a turn while it spins: so
+    # it yields spin / 10 us times after it starts, and as many after a turn that progressed.
+    yields = []
+    monkeypatch.setattr(turns_module, "time", SteppingClock())
+    counting = types.SimpleNamespace(sched_yield=lambda: yields.append(1))
+    monkeypatch.setattr(turns_module, "os", counting)
+    work = Work(size=2, spin=spin)
+    work.turns.start()
+    time.sleep(0.1)  # it spins, then sleeps
+    started = len(yields)
+    assert work.submit("one").wait() == "one"  # woken, it runs the turn
+    time.sleep(0.1)
+    work.stop()
+    expected = round(spin / 1e-5)
+    assert abs(started - expected) <= 2, (started, expected)
+    assert abs(len(yields) - started - expected) <= 2, (len(yields) - started, expected)

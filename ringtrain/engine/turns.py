@@ -5,12 +5,12 @@ A turn sends this rank's new submissions, coordinates or takes responses, and ru
 
 1. One thread at a time runs a turn: whoever holds the turn lock.
 2. The engine thread takes the lock whenever it is free; between turns it spins for
-   ``SPIN_SECONDS`` after the last progress (yielding the CPU and the GIL), then sleeps,
+   ``spin_seconds`` after the last progress (yielding the CPU and the GIL), then sleeps,
    longer and longer while nothing happens, until woken.
 3. A caller blocked on its own handle (``wait``) takes the turns itself if the lock is free
    and the job has two ranks or more: that saves the hand-offs between threads, to the
    engine thread and back (about 15 us of a 60 us round trip). It gives them back after
-   ``SPIN_SECONDS`` without progress, or once its handle is done, and wakes the engine
+   ``spin_seconds`` without progress, or once its handle is done, and wakes the engine
    thread if anything is still in flight, so that nothing waits for a thread that sleeps.
 4. A submission that does not wake the engine thread (``Engine.submit(wake=False)``) is
    always followed by ``wait`` on the same thread, which runs the turns or wakes the thread:
@@ -29,7 +29,19 @@ import time
 # the GIL on each turn: training submits in bursts, and a timed sleep or a wake-up costs
 # 25-130 us on a loaded machine, far more than a small message takes.
 SPIN_SECONDS = 2e-3
+# A rank alone on its host spins this long instead: between its turns it waits for peers
+# across a link, for milliseconds, and spinning through that took the cores from the
+# training beside it. 2 hosts x 1 rank (`bench train --hosts` workers), alternating pairs:
+# the CNN's engine CPU a step went from 12.4-14.2 to 10.0-11.5 ms at 1 Gbit/s and from
+# 12.9-13.0 to 9.9-10.3 at 10 Gbit/s, its samples/s up 3-7%; the MLP at 10 Gbit/s was level
+# (4,529-4,823 against 4,197-4,727 samples/s, medians 4,688 and 4,684).
+LONE_SPIN_SECONDS = 2e-4
 _FIRST_POLL = 20e-6  # seconds; the sleep grows from here while nothing happens
+
+
+def spin_seconds(size: int, local_size: int) -> float:
+    """Return how long a rank's turns spin after progress: less for a rank alone on its host."""
+    return LONE_SPIN_SECONDS if size > 1 and local_size == 1 else SPIN_SECONDS
 
 
 class Turns:
@@ -38,10 +50,13 @@ class Turns:
     ``turn()`` runs one turn and returns whether anything happened; ``stopped()`` says the
     engine has stopped for good; ``in_flight()`` that this rank waits for responses, and
     ``pending()`` that the coordinator waits for other ranks (either way the thread sleeps
-    at most 100 us); ``abort(err, where)`` ends the job after a failed turn.
+    at most 100 us); ``abort(err, where)`` ends the job after a failed turn. Turns spin
+    ``spin`` seconds after progress (``spin_seconds``).
     """
 
-    def __init__(self, turn, stopped, in_flight, pending, abort, cycle_seconds: float, size):
+    def __init__(
+        self, turn, stopped, in_flight, pending, abort, cycle_seconds, size, spin=SPIN_SECONDS
+    ):
         self._turn = turn
         self._stopped = stopped
         self._in_flight = in_flight
@@ -49,6 +64,7 @@ class Turns:
         self._abort = abort
         self._idle_sleep = cycle_seconds
         self._callers_drive = size > 1
+        self._spin = spin
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ringtrain-engine", daemon=True)
@@ -94,7 +110,7 @@ class Turns:
                 return  # abort ends the job; nothing is left to drive
             if progressed:
                 last_event = time.perf_counter()
-            elif time.perf_counter() - last_event < SPIN_SECONDS:
+            elif time.perf_counter() - last_event < self._spin:
                 os.sched_yield()
             else:
                 return
@@ -124,7 +140,7 @@ class Turns:
                 sleep = _FIRST_POLL
                 last_event = time.perf_counter()
                 continue
-            if time.perf_counter() - last_event < SPIN_SECONDS:
+            if time.perf_counter() - last_event < self._spin:
                 os.sched_yield()  # releases the GIL; time.sleep(0) would cost ~70 us here
                 continue
             waiting = self._in_flight() or self._pending()
