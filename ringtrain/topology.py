@@ -44,6 +44,11 @@ class Topology:
         return self.local_size == self.size
 
     @property
+    def alone_on_host(self) -> bool:
+        """Return True if other ranks run, but none of them on this process's host."""
+        return self.size > 1 and self.local_size == 1
+
+    @property
     def host_count(self) -> int:
         """Return the number of hosts."""
         return len(set(self.hosts))

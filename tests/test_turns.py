@@ -12,7 +12,8 @@ import pytest
 
 from ringtrain.engine import turns as turns_module
 from ringtrain.engine.handle import Handle
-from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns, spin_seconds
+from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns
+from ringtrain.topology import Topology
 
 
 class Work:
@@ -137,8 +138,13 @@ def test_a_failed_turn_is_handed_to_abort_naming_the_thread(size):
 
 
 def test_a_rank_alone_on_its_host_spins_less_between_turns():
-    assert spin_seconds(2, 1) == spin_seconds(3, 1) == LONE_SPIN_SECONDS < SPIN_SECONDS
-    assert spin_seconds(1, 1) == spin_seconds(4, 2) == spin_seconds(2, 2) == SPIN_SECONDS
+    def alone(size, local_size):
+        hosts = tuple(range(size))
+        topology = Topology(0, size, 0, local_size, 0, size, hosts, ("h",) * size, hosts)
+        return topology.alone_on_host
+
+    assert alone(2, 1) and alone(3, 1) and LONE_SPIN_SECONDS < SPIN_SECONDS
+    assert not (alone(1, 1) or alone(4, 2) or alone(2, 2))
 
 
 class SteppingClock:
@@ -162,12 +168,20 @@ def test_the_engine_thread_spins_for_its_spin_time_after_progress_then_sleeps(mo
     counting = types.SimpleNamespace(sched_yield=lambda: yields.append(1))
     monkeypatch.setattr(turns_module, "os", counting)
     work = Work(size=2, spin=spin)
+    expected = round(spin / 1e-5)
     work.turns.start()
-    time.sleep(0.1)  # it spins, then sleeps
+    _settle(yields, expected - 2)  # it spins, then sleeps
     started = len(yields)
     assert work.submit("one").wait() == "one"  # woken, it runs the turn
-    time.sleep(0.1)
+    _settle(yields, started + expected - 2)
     work.stop()
-    expected = round(spin / 1e-5)
     assert abs(started - expected) <= 2, (started, expected)
     assert abs(len(yields) - started - expected) <= 2, (len(yields) - started, expected)
+
+
+def _settle(yields, least):
+    """Return once ``yields`` holds ``least`` or more and has stopped growing (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while len(yields) < least and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # the last few yields of the spin, if any

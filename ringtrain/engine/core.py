@@ -26,7 +26,7 @@ from ringtrain.engine.handle import Request
 from ringtrain.engine.liveness import CONFIRM_SECONDS, REPORT_SECONDS, Liveness, Reports
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.stall import StallInspector
-from ringtrain.engine.turns import Turns, spin_seconds
+from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns
 from ringtrain.errors import (
     CollectiveTimeoutError,
     DuplicateNameError,
@@ -88,7 +88,7 @@ class Engine:
             self._abort,
             settings.cycle_time_ms / 1000,
             self.size,
-            spin_seconds(self.size, topology.local_size),
+            LONE_SPIN_SECONDS if topology.alone_on_host else SPIN_SECONDS,
         )
         self._turns.start()
 

@@ -5,12 +5,13 @@ A turn sends this rank's new submissions, coordinates or takes responses, and ru
 
 1. One thread at a time runs a turn: whoever holds the turn lock.
 2. The engine thread takes the lock whenever it is free; between turns it spins for
-   ``spin_seconds`` after the last progress (yielding the CPU and the GIL), then sleeps,
-   longer and longer while nothing happens, until woken.
+   ``SPIN_SECONDS`` (``LONE_SPIN_SECONDS`` on a rank alone on its host) after the last
+   progress (yielding the CPU and the GIL), then sleeps, longer and longer while nothing
+   happens, until woken.
 3. A caller blocked on its own handle (``wait``) takes the turns itself if the lock is free
    and the job has two ranks or more: that saves the hand-offs between threads, to the
    engine thread and back (about 15 us of a 60 us round trip). It gives them back after
-   ``spin_seconds`` without progress, or once its handle is done, and wakes the engine
+   as long without progress, or once its handle is done, and wakes the engine
    thread if anything is still in flight, so that nothing waits for a thread that sleeps.
 4. A submission that does not wake the engine thread (``Engine.submit(wake=False)``) is
    always followed by ``wait`` on the same thread, which runs the turns or wakes the thread:
@@ -39,11 +40,6 @@ LONE_SPIN_SECONDS = 2e-4
 _FIRST_POLL = 20e-6  # seconds; the sleep grows from here while nothing happens
 
 
-def spin_seconds(size: int, local_size: int) -> float:
-    """Return how long a rank's turns spin after progress: less for a rank alone on its host."""
-    return LONE_SPIN_SECONDS if size > 1 and local_size == 1 else SPIN_SECONDS
-
-
 class Turns:
     """The turn lock, the engine thread and the wake-ups of one engine; see the module.
 
@@ -51,7 +47,7 @@ class Turns:
     engine has stopped for good; ``in_flight()`` that this rank waits for responses, and
     ``pending()`` that the coordinator waits for other ranks (either way the thread sleeps
     at most 100 us); ``abort(err, where)`` ends the job after a failed turn. Turns spin
-    ``spin`` seconds after progress (``spin_seconds``).
+    ``spin`` seconds after progress (``SPIN_SECONDS`` or ``LONE_SPIN_SECONDS``).
     """
 
     def __init__(

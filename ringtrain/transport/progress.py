@@ -71,7 +71,7 @@ class Waiter:
         self._mates = frozenset(
             r for r, h in enumerate(self._hosts) if h == self._hosts[self._rank]
         )
-        self._adapts = len(self._mates) == 1  # alone on its host (``until``)
+        self._adapts = topology.alone_on_host  # (``until``)
         self.spins = SPINS  # polls of the next adapting wait before it sleeps (``until``)
 
     def listen(self, notices) -> None:
