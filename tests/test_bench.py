@@ -14,6 +14,7 @@ from ringtrain.bench.__main__ import main as bench_main
 from ringtrain.runner.locate import find_mpirun
 
 
+@pytest.mark.mpi
 def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
     out = tmp_path / "rows.json"
     command = [
@@ -41,6 +42,7 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
     assert "ratio" in done.stdout and "65536" in done.stdout
 
 
+@pytest.mark.mpi
 def test_allreduce_benchmark_adds_a_row_per_size_with_16_bit_values_on_the_wire(tmp_path):
     """... and ``--small-count 0`` leaves the many-small-tensors rows out."""
     out = tmp_path / "rows.json"
@@ -86,6 +88,7 @@ def test_kernel_benchmark_reports_each_kernel_against_a_copy():
         assert f"{label}:" in done.stdout
 
 
+@pytest.mark.mpi
 def test_compare_times_checkouts_in_turns_and_gives_each_case_a_ratio(tmp_path):
     out = tmp_path / "rows.json"
     here = str(Path(ringtrain.__file__).resolve().parent.parent)

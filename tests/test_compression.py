@@ -35,6 +35,7 @@ def test_a_users_own_strategy_sends_what_it_compressed():
         compression.wire_dtype(Odd)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("np", [1, 2, 3, 4])
 def test_compressed_allreduce_matches_the_simulated_16_bit_ring_bit_for_bit(np):
     # 256-byte chunks: 128 16-bit values each, so tensors cross in many chunks.
@@ -42,6 +43,7 @@ def test_compressed_allreduce_matches_the_simulated_16_bit_ring_bit_for_bit(np):
     check("check_wire16.py", np, env=env, timeout=420)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("np", [2, 3, 4])
 def test_the_hierarchical_ring_across_hosts_sends_16_bit_values(np):
     check("check_wire16_hosts.py", np, timeout=240)

@@ -55,6 +55,7 @@ def _result(tmp_path, steps):
     return replay.checked_result(tmp_path / "out.json", steps)
 
 
+@pytest.mark.mpi
 def test_a_crashed_rank_relaunches_the_job_from_its_last_commit(tmp_path):
     script = discovery.script(tmp_path, "localhost:3")
     done = _run(
@@ -74,6 +75,7 @@ def test_a_crashed_rank_relaunches_the_job_from_its_last_commit(tmp_path):
     assert result["resets"] == [3]  # the reset callbacks ran in the relaunch
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     ("first", "then", "bounds"),
     [("localhost:1", "localhost:2", ("1", "2")), ("localhost:4", "localhost:2", ("2", "4"))],
@@ -104,6 +106,7 @@ def test_new_hosts_stop_the_ranks_at_a_commit_and_relaunch_them(tmp_path, first,
     assert result["resets"] == [after]
 
 
+@pytest.mark.mpi
 def test_keras_training_resumed_after_crashes_ends_as_if_uninterrupted(tmp_path):
     """``fit`` with KerasState and the callbacks, then a custom loop with TensorFlowKerasState.
 
@@ -131,6 +134,7 @@ def test_keras_training_resumed_after_crashes_ends_as_if_uninterrupted(tmp_path)
             )
 
 
+@pytest.mark.mpi
 def test_the_launcher_gives_up_after_the_reset_limit_and_keeps_the_commit(tmp_path):
     script = discovery.script(tmp_path, "localhost:2")
     state_dir = tmp_path / "commits"
@@ -165,6 +169,7 @@ def test_the_launcher_gives_up_after_the_reset_limit_and_keeps_the_commit(tmp_pa
     assert state_dir.is_dir()  # a directory the user named stays
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(
     socket.gethostname() in ("localhost", ""), reason="needs a second name for this machine"
 )
@@ -201,6 +206,7 @@ def test_the_host_of_an_unreachable_rank_is_left_out_until_its_cooldown_ends(tmp
     assert sizes[:5] == [3] * 5 and set(sizes[5:back]) == {2} and set(sizes[back:]) == {3}
 
 
+@pytest.mark.mpi
 def test_a_stopped_launcher_does_not_relaunch(tmp_path):
     script = discovery.script(tmp_path, "localhost:2")
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
@@ -229,6 +235,7 @@ def test_a_stopped_launcher_does_not_relaunch(tmp_path):
     assert "relaunching" not in err and "generation 1" not in err
 
 
+@pytest.mark.mpi
 def test_too_few_slots_time_out_with_a_clear_error(tmp_path):
     script = discovery.script(tmp_path, "localhost:1")
     done = _run(
@@ -245,6 +252,7 @@ def test_too_few_slots_time_out_with_a_clear_error(tmp_path):
     )
 
 
+@pytest.mark.mpi
 def test_a_failing_discovery_script_is_an_error_that_names_it(tmp_path):
     script = tmp_path / "broken.sh"
     script.write_text("#!/bin/sh\necho 'no scheduler here' >&2\nexit 4\n")
@@ -256,6 +264,7 @@ def test_a_failing_discovery_script_is_an_error_that_names_it(tmp_path):
     )
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -275,6 +284,7 @@ def test_elastic_options_that_do_not_fit_are_refused(tmp_path, args, message):
     assert message in done.stderr
 
 
+@pytest.mark.mpi
 def test_dry_run_prints_the_first_launch(tmp_path):
     script = discovery.script(tmp_path, "localhost:2\nother:4")
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from mpi_launch import launch
 
+pytestmark = pytest.mark.mpi
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3"}

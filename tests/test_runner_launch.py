@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from mpi_launch import launch
 
+pytestmark = pytest.mark.mpi
+
 REPO = Path(__file__).resolve().parent.parent
 FAILING_RANK = str(REPO / "tests/multihost/failing_rank.py")
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job

@@ -12,6 +12,8 @@ import bounded
 import pytest
 from mpi_launch import check
 
+pytestmark = pytest.mark.mpi
+
 pytest.importorskip("tensorflow")
 
 SCRIPTS = Path(__file__).parent / "tf"
