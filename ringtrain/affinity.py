@@ -7,6 +7,11 @@ divide its physical cores among themselves in local-rank order, and each pins it
 its share; threads started later inherit it, and ``shutdown()`` gives them their CPUs back. A
 rank that the launcher has bound keeps its own set, and so do ranks that share a set of fewer
 cores than there are of them.
+
+"A host" here is one kernel (``machine_id``), not one hostname: ranks of several hosts that
+run on one machine (network namespaces, containers) see the same cores, and dividing them by
+hostname put ranks of different hosts on the same core, where the kernel let one starve the
+other (docs/troubleshooting.md, ranks that share cores).
 """
 
 import os
@@ -122,21 +127,50 @@ class Binding(NamedTuple):
     left: frozenset
 
 
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def machine_id(path=_BOOT_ID) -> str | None:
+    """Return the id of the kernel this process runs on, or None where it cannot be read.
+
+    Linux draws a boot id at each boot and shows the same one in every network and UTS
+    namespace and container on the machine: processes that share it share its cores.
+    """
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def bind_ranks(comm, topology, wanted: bool) -> Binding | None:
-    """Pin this rank to its share of the host's cores if ``wanted``; return how, or None.
+    """Pin this rank to its share of the machine's cores if ``wanted``; return how, or None.
 
     Collective over ``comm``, whose hosts ``topology`` gives (every rank takes part, wanted
-    or not). Only the ranks of a host that want it divide a set, in local-rank order; the
-    others keep theirs, and get None.
+    or not). The ranks on one machine (``machine_id``; by hostname where it cannot be read)
+    that want it divide a set, in rank order; the others keep theirs, and get None.
     """
     mask = current() if wanted else None
-    everyone = comm.allgather(mask)
-    masks = [everyone[r] for r in topology.local_ranks()]
-    wanting = [i for i, m in enumerate(masks) if m is not None]
-    if topology.local_rank not in wanting:
+    machine = machine_id() or f"host {topology.host}"
+    dividing = machine_mates(comm.allgather((machine, mask)), comm.Get_rank())
+    if dividing is None:
         return None
-    share, left = _pin_share_of([masks[i] for i in wanting], wanting.index(topology.local_rank))
+    share, left = _pin_share_of(*dividing)
     return None if share is None else Binding(share, mask, left)
+
+
+def machine_mates(everyone, rank) -> tuple[list, int] | None:
+    """Return the CPU sets that ``rank``'s machine divides, and its place among them.
+
+    ``everyone[r]`` is rank r's (machine, CPU set), the set None where the rank does not
+    want binding; the sets are those of the ranks on ``rank``'s machine that want it, in
+    rank order. None where ``rank`` does not want it.
+    """
+    machine, mask = everyone[rank]
+    if mask is None:
+        return None
+    wanting = [r for r, (place, m) in enumerate(everyone) if place == machine and m is not None]
+    return [everyone[r][1] for r in wanting], wanting.index(rank)
 
 
 def unbind(binding: Binding | None) -> None:

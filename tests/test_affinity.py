@@ -126,3 +126,32 @@ def test_unbind_gives_back_the_cpus_of_threads_on_the_share_and_only_those():
         for tid in os.listdir("/proc/self/task"):
             with contextlib.suppress(ProcessLookupError):  # a thread that has ended since
                 os.sched_setaffinity(int(tid), start)
+
+
+def test_the_ranks_of_one_machine_divide_its_cores_whatever_their_hostnames():
+    # Four ranks, two per hostname, all on one kernel (network-namespace hosts): they
+    # divide the machine's set together, so no two of them are given the same core.
+    cpus = frozenset({0, 1})
+    everyone = [("boot-a", cpus)] * 4
+    assert affinity.machine_mates(everyone, 2) == ([cpus] * 4, 2)
+    assert affinity.shares([cpus] * 4, unreadable) == [None] * 4  # more ranks than cores
+    # Two machines: each divides its own.
+    everyone = [("boot-a", cpus), ("boot-b", cpus), ("boot-a", cpus), ("boot-b", cpus)]
+    assert affinity.machine_mates(everyone, 3) == ([cpus, cpus], 1)
+    assert affinity.machine_mates(everyone, 0) == ([cpus, cpus], 0)
+
+
+def test_ranks_that_do_not_want_binding_neither_get_nor_hold_a_share():
+    cpus = frozenset(range(4))
+    everyone = [("m", cpus), ("m", None), ("m", cpus)]
+    assert affinity.machine_mates(everyone, 1) is None
+    assert affinity.machine_mates(everyone, 2) == ([cpus, cpus], 1)
+
+
+def test_the_machine_id_is_the_kernels_boot_id_and_none_where_unreadable(tmp_path):
+    boot = tmp_path / "boot_id"
+    boot.write_text("0f5e\n")
+    assert affinity.machine_id(boot) == "0f5e"
+    assert affinity.machine_id(tmp_path / "missing") is None
+    if os.path.exists("/proc/sys/kernel/random/boot_id"):
+        assert affinity.machine_id() == affinity.machine_id()

@@ -81,3 +81,20 @@ def test_a_rank_that_answers_is_not_lost_and_leads_to_those_it_waited_for():
     assert reports.unanswered([0, 2, 3]) == [1]  # the waits run in a circle: no one else
     reports.add([LostNotice(1, (), False, "")])  # had rank 1 answered too, no one is lost
     assert reports.unanswered(wrong.waited_for) == []
+
+
+def test_the_reports_settle_once_every_rank_has_given_up_or_is_lost():
+    """Four ranks: rank 1 froze; rank 0 found it lost, ranks 2 and 3 give up in turn."""
+    reports = Reports()
+    others = [1, 2, 3]  # as rank 0 sees them
+    assert not reports.settled(others)  # no one has said anything
+    reports.add([LostNotice(0, (1,), True, "rank 0 waited for rank 1")])
+    assert not reports.settled(others)  # rank 1 is lost, but 2 and 3 have not given up
+    reports.add([LostNotice(2, (0,), False, "rank 2 was told")])
+    assert not reports.settled(others)
+    reports.add([LostNotice(3, (0,), False, "rank 3 was told")])
+    assert reports.settled(others)
+    # Named only by ranks that were told, a silent rank is not known lost: keep waiting.
+    told = Reports()
+    told.add([LostNotice(2, (1,), False, "rank 2 was told"), LostNotice(3, (1,), False, "")])
+    assert not told.settled([1, 2, 3])

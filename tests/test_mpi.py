@@ -14,6 +14,8 @@ from mpi_launch import check, run
 from ringtrain.capabilities import cuda_built
 from ringtrain.mpi_tuning import EAGER_LIMIT_VARIABLE
 
+pytestmark = pytest.mark.mpi
+
 WORLDS = [1, 2, 3, 4]
 
 
@@ -359,17 +361,11 @@ def test_every_other_rank_reports_a_frozen_rank_and_the_job_ends(np, mode, victi
     Every other rank prints its own error naming it; only it is blamed (unreachable lines);
     the job ends within the timeout plus 30 s, and no rank is left running, frozen or not.
     """
-    timeout = 3
-    env = {"RINGTRAIN_COLLECTIVE_TIMEOUT": str(timeout)}
+    env = {"RINGTRAIN_COLLECTIVE_TIMEOUT": str(_FROZEN_TIMEOUT)}
     if not shared:
         env["RINGTRAIN_SHARED_MEMORY_BYTES"] = "0"
     result = run("check_frozen_rank.py", np, mode, victim, env=env, timeout=120)
-    ended = time.time()
-    output = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    assert result.returncode != 0, output
-    fault = re.search(rf"rank {victim}: {mode} at ([\d.]+)", result.stdout)
-    assert fault, output
-    assert ended - float(fault[1]) < timeout + 30, f"ended {ended - float(fault[1]):.1f} s after"
+    output = _ended_soon_blaming(result, np, mode, victim)
     for rank in set(range(np)) - {victim}:
         said = [
             line
@@ -377,12 +373,53 @@ def test_every_other_rank_reports_a_frozen_rank_and_the_job_ends(np, mode, victi
             if line.startswith(f"ringtrain: error: rank {rank} on ")
         ]
         assert any(f"rank {victim} on " in line for line in said), (rank, output)
+        # ... and its own call raised it before the job ended.
+        assert f"rank {rank} raised CollectiveTimeoutError: rank {rank} on " in result.stdout, (
+            rank,
+            output,
+        )
+
+
+@pytest.mark.parametrize(("np", "victim"), [(2, 0), (3, 0), (3, 2)])
+def test_a_rank_frozen_at_shutdown_ends_the_job_naming_it(np, victim):
+    """The victim freezes once step 3 is done, as every other rank calls shutdown().
+
+    Rank 0 waits for its last control message, or the others for rank 0's answer to their
+    shutdown: each wait fails naming the victim, in the caller's shutdown(), and the job ends.
+    """
+    env = {"RINGTRAIN_COLLECTIVE_TIMEOUT": str(_FROZEN_TIMEOUT)}
+    result = run("check_frozen_rank.py", np, "stop-shutdown", victim, env=env, timeout=120)
+    output = _ended_soon_blaming(result, np, "stop-shutdown", victim)
+    # Rank 0 waits for the victim; where rank 0 is the victim, every other rank waits for it.
+    waiting = [0] if victim != 0 else range(1, np)
+    for rank in waiting:
+        raised = re.search(rf"rank {rank} raised CollectiveTimeoutError: (.*)", result.stdout)
+        assert raised and f"rank {victim} on " in raised[1] and "shutdown" in raised[1], output
+
+
+_FROZEN_TIMEOUT = 3  # RINGTRAIN_COLLECTIVE_TIMEOUT of the frozen-rank tests
+
+
+def _ended_soon_blaming(result, np, mode, victim):
+    """Check that a ``check_frozen_rank.py`` job failed soon after ``victim`` froze.
+
+    Only the victim is blamed (unreachable lines) and no rank is left running; returns the
+    job's output, for messages.
+    """
+    ended = time.time()
+    output = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode != 0, output
+    fault = re.search(rf"rank {victim}: {mode} at ([\d.]+)", result.stdout)
+    assert fault, output
+    took = ended - float(fault[1])
+    assert took < _FROZEN_TIMEOUT + 30, f"ended {took:.1f} s after"
     assert set(re.findall(r"@@ringtrain-run: rank (\d+) on host", result.stderr)) == {
         str(victim)
     }, output
     pids = [int(pid) for pid in re.findall(r"rank \d pid (\d+)", result.stdout)]
     assert len(pids) == np, output
     assert not _still_running(pids, "check_frozen_rank.py")
+    return output
 
 
 def _still_running(pids, script, seconds=10.0):

@@ -34,7 +34,7 @@ SCRIPTS = REPO / "tests/multihost"
 CHECKS = REPO / "tests/mpi"
 ELASTIC_JOB = REPO / "tests/elastic/numpy_job.py"
 # No other test's job runs beside these (tests/conftest.py), on one worker.
-pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("alone")]
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("alone"), pytest.mark.mpi]
 SLOTS = [2, 1, 1]
 DEADLINE = 30  # seconds within which a dead rank must have ended the whole job
 TIMEOUT = 5  # RINGTRAIN_COLLECTIVE_TIMEOUT of the tests whose host stops answering
@@ -60,7 +60,7 @@ def cluster(tmp_path_factory):
 def _repo_env():
     """Return this environment with what ranks on the test hosts need (``cluster.rank_env``).
 
-    The repository comes first on PYTHONPATH, and ranks do not bind to their host's cores.
+    The repository comes first on PYTHONPATH; ranks bind to cores as they would anywhere.
     """
     env = dict(os.environ, **cluster_bench.rank_env())
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env["PYTHONPATH"]])
@@ -102,6 +102,33 @@ def test_allreduce_and_training_across_hosts(cluster):
     passed = re.findall(r"rank (\d) on (\S+): all checks passed", done.stdout)
     placed = [name for name, slots in zip(names, SLOTS, strict=True) for _ in range(slots)]
     assert sorted(passed) == [(str(rank), name) for rank, name in enumerate(placed)]
+
+
+def test_two_hosts_of_two_ranks_finish_at_the_defaults_with_core_binding_on(cluster):
+    """Ranks of both hosts run on this machine's two cores, and each waits in MPI's barriers.
+
+    With binding by hostname, each host's ranks took a core each, and those of the other
+    host the same ones: nine launches of nine hung (issue 42). Now the machine's ranks
+    divide its cores together, so four ranks on two cores keep both.
+    """
+    names, _ = cluster
+    where = ["-np", "4", "-H", f"{names[0]}:2,{names[1]}:2", "--start-timeout", "60"]
+    counts = ["0", "1", "1000003", str(1 << 18), str(1 << 22)]  # float32: 1 MiB, 16 MiB
+    done, _ = _launch(
+        cluster,
+        str(CHECKS / "check_shared_cores.py"),
+        "default",
+        *counts,
+        settings={"PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)])},
+        where=where,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    found = re.findall(r"rank \d on CPUs \[([\d, ]*)\]: every allreduce matched", done.stdout)
+    cpus = [frozenset(map(int, text.split(","))) for text in found]
+    assert len(cpus) == 4, done.stdout
+    # One set for all (more ranks than cores, as here), or a share each that no other holds.
+    shared = len(set(cpus)) == 1
+    assert shared or sum(map(len, cpus)) == len(frozenset().union(*cpus)), cpus
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,9 @@ from ringtrain.topology import Topology
 class Work:
     """A stand-in engine: handles queued by callers, one completed per turn."""
 
-    def __init__(self, size, fail_on=None, spin=SPIN_SECONDS):
+    def __init__(self, size, fail_on=None, spin=SPIN_SECONDS, idle=1.0):
         self.queue = []
+        self.turns_taken = 0
         self.lock = threading.Lock()
         self.inside = threading.Lock()
         self.overlaps = 0
@@ -30,11 +31,12 @@ class Work:
         self.fail_on = fail_on
         self.turns = Turns(
             self.turn, lambda: self.stopped, lambda: bool(self.queue), lambda: False,
-            self.abort, 0.001, size, spin,
+            self.abort, 0.001, size, spin, idle,
         )  # fmt: skip
 
     def turn(self):
         """Complete the next queued handle; return whether there was one."""
+        self.turns_taken += 1
         if not self.inside.acquire(blocking=False):
             self.overlaps += 1  # another thread is inside a turn: the invariant broke
             return False
@@ -185,3 +187,19 @@ def _settle(yields, least):
     while len(yields) < least and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.05)  # the last few yields of the spin, if any
+
+
+def test_an_idle_engine_thread_sleeps_until_woken_or_its_idle_time_is_up():
+    # Nothing in flight: after its spin, the thread takes no turn for ``idle_seconds`` unless
+    # a submission wakes it. An idle thread that woke every cycle (1 ms) let the kernel starve
+    # a rank sharing its core with another host's rank polling in MPI (docs/troubleshooting.md).
+    work = Work(size=2, idle=5.0)
+    work.turns.start()
+    time.sleep(0.1)  # its spin (2 ms) is long over
+    idle_from = work.turns_taken
+    time.sleep(0.3)
+    assert work.turns_taken - idle_from <= 1, "the idle engine thread kept taking turns"
+    started = time.monotonic()
+    assert work.submit("wake").wait() == "wake"  # a submission wakes it at once
+    assert time.monotonic() - started < 1.0
+    work.stop()

@@ -172,13 +172,11 @@ def launch_env(transport: str, launch_timeout: float, environ=os.environ) -> dic
 def rank_env() -> dict[str, str]:
     """Return the environment that a launch on the test hosts adds for its ranks.
 
-    Every test host sees all of this machine's cores: ranks binding to their host's share
-    would pin ranks of different hosts to the same cores, where they starve each other (a
-    2 x 2 run took minutes instead of seconds). ``ringtrain-run`` passes ``RINGTRAIN_*``
-    variables on to every rank.
+    Ranks bind to cores as they would anywhere: every test host runs on this machine's one
+    kernel, so its ranks divide the machine's cores together (``affinity.machine_id``).
     """
     pythonpath = [_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {"PYTHONPATH": os.pathsep.join(pythonpath), "RINGTRAIN_BIND_CORES": "0"}
+    return {"PYTHONPATH": os.pathsep.join(pythonpath)}
 
 
 def _run_bounded(argv, env, timeout, what, folder):

@@ -12,6 +12,7 @@ more, a blocking call's caller takes them itself while the engine thread is betw
 (``ringtrain.engine.turns`` owns that, and states its invariants).
 """
 
+import functools
 import sys
 import threading
 import time
@@ -49,11 +50,11 @@ class Engine:
         self.settings = settings
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self._control = ControlChannel(comm)
         self._topology = topology
         self._pool = BufferPool()
         self.transport = Transport(comm, topology, settings, self._pool)
         self._waiter = self.transport.waiter
+        self._control = ControlChannel(comm, self._waiter)
         self._reports = Reports()  # the notices of lost peers (see ``_give_up``)
         self._waiter.listen(self._while_waiting)
         # The timeout that the transport agreed on (rank 0's): every rank beats alike.
@@ -78,6 +79,7 @@ class Engine:
         self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
+        self._shutdown_sent = False  # this rank has asked the coordinator to stop every engine
         self._stopped = False  # a STOP response has been run, or the job is ending
         self._next_stall_check = 0.0
         self._turns = Turns(
@@ -89,6 +91,7 @@ class Engine:
             settings.cycle_time_ms / 1000,
             self.size,
             LONE_SPIN_SECONDS if topology.alone_on_host else SPIN_SECONDS,
+            self._liveness.idle_seconds,
         )
         self._turns.start()
 
@@ -173,11 +176,17 @@ class Engine:
             timeline.close()  # an event still being recorded on it is dropped
 
     def shutdown(self) -> None:
-        """Stop every rank's engine (any rank may ask), wait for this thread, free comms."""
+        """Stop every rank's engine (any rank may ask), wait for this thread, free comms.
+
+        Raises ``CollectiveTimeoutError`` where a peer was lost meanwhile (the job then ends).
+        """
         with self._lock:
             self._shutdown_asked = True
         self._turns.join()
-        # Every control message has been matched (ControlChannel.finish): this cannot block.
+        if isinstance(self._stop_error, CollectiveTimeoutError):
+            raise self._stop_error  # a peer was lost meanwhile: the job is ending (``_abort``)
+        # Every control message has been matched (ControlChannel.finish): a wait here is for
+        # the last sends to complete, and fails naming a peer that no longer takes them.
         self._control.close()
         self.transport.free()
         self.stop_timeline()
@@ -200,24 +209,38 @@ class Engine:
         self._stopped = True  # no thread takes another turn while this one ends the job
         if isinstance(err, CollectiveTimeoutError):
             self._give_up(err)
-        else:
-            what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
-            sys.stderr.write(
-                f"ringtrain: rank {self.rank}: the engine {what} in {where}; aborting the job "
-                f"so no rank hangs in a collective:\n{traceback.format_exc()}"
-            )
-            err = EngineStoppedError(f"engine failed: {err!r}")
-            sys.stderr.flush()
-        self._stop(err)
+            # Every rank that can still act gets here at about the same time (``_give_up``):
+            # each caller raises its own error now, this thread's too if it is a caller's,
+            # and a thread of its own ends the job once they have had time to say so.
+            self._stop(err)
+            # Not a daemon (as a thread started by the engine's would be): an exiting
+            # interpreter waits for it before it finalizes MPI, which would wait for the lost.
+            ending = threading.Thread(target=self._end_job, name="ringtrain-end-job", daemon=False)
+            ending.start()
+            return
+        what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+        sys.stderr.write(
+            f"ringtrain: rank {self.rank}: the engine {what} in {where}; aborting the job "
+            f"so no rank hangs in a collective:\n{traceback.format_exc()}"
+        )
+        sys.stderr.flush()
+        self._stop(EngineStoppedError(f"engine failed: {err!r}"))
+        self._control.abort(1)
+
+    def _end_job(self):
+        """Linger while the callers raise their errors, then end the whole job."""
+        self._waiter.linger((), REPORT_SECONDS - CONFIRM_SECONDS)
         self._control.abort(1)
 
     def _give_up(self, err):
-        """Say why this rank gives up, tell the others, then say whom it blames, and linger.
+        """Say why this rank gives up, tell the others, wait for them to, say whom it blames.
 
-        Only a rank that found peers lost blames ranks, in the contract's unreachable lines,
-        and only those behind its peers that never answered (``_blame``): a rank that was
-        told may have waited for a rank that is fine. Lingering ``REPORT_SECONDS`` before
-        the job ends leaves the others time to do the same.
+        It waits until every other rank has given up too, or is lost (``Reports.settled``),
+        for ``CONFIRM_SECONDS`` at most: a caller given its error may end the job, so no
+        rank's callers are given theirs before every rank that can act has its own. Only a
+        rank that found peers lost blames ranks, in the contract's unreachable lines, and
+        only those behind its peers that never answered (``_blame``): a rank that was told
+        may have waited for a rank that is fine.
         """
         # The message names the peers and the tensors; the transport's stack adds nothing.
         sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
@@ -226,10 +249,10 @@ class Engine:
         self._reports.add([mine])
         # The ranks named lost too: one that is not (it waits in turn) answers, and is not blamed.
         others = [r for r in range(self.size) if r != self.rank]
-        self._waiter.linger(self._control.tell_lost(mine, others), CONFIRM_SECONDS)
+        sends = self._control.tell_lost(mine, others)
+        settled = functools.partial(self._reports.settled, others)
+        self._waiter.linger(sends, CONFIRM_SECONDS, settled)
         self._blame(mine)
-        # Before the handles fail (``_abort``): a caller given the error may end the job itself.
-        self._waiter.linger((), REPORT_SECONDS - CONFIRM_SECONDS)
 
     def _blame(self, mine):
         """Say which ranks named lost answered since, and who never did; blame those if found.
@@ -316,11 +339,10 @@ class Engine:
             silent = self._liveness.silent(range(1, self.size))
             waiting = "tensors waited for it to submit them"
         else:
-            if not self._inflight:
+            if not self._inflight and not self._shutdown_sent:
                 return
             silent = self._liveness.silent([0])
-            names = _listed(list(self._inflight))
-            waiting = f"this rank waited for the coordinator's responses ({names})"
+            waiting = f"this rank waited for the coordinator's {self._awaited_responses()}"
         if silent:
             names, world = self._topology.host_names, self._topology.world_ranks
             peers = ", ".join(f"rank {r} on {names[r]} for {s:.0f} s" for r, s in silent)
@@ -343,11 +365,19 @@ class Engine:
         if self._coordinator is not None:
             names, ranks = self._coordinator.awaited()
             ranks = [r for r in ranks if r != self.rank]
+        elif self._shutdown_sent and not self._inflight:
+            return [0], f"the coordinator's {self._awaited_responses()}"
         else:
             names, ranks = list(self._inflight), [0]
         if not names:
             return [], "in no collective"
         return ranks, f"the negotiation of {_listed(names)}"
+
+    def _awaited_responses(self):
+        """Return what this rank (not the coordinator) waits for the coordinator to answer."""
+        if self._inflight:
+            return f"responses ({_listed(list(self._inflight))})"
+        return "answer to this rank's shutdown"
 
     def _cached(self, meta):
         """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
@@ -371,6 +401,7 @@ class Engine:
                 request.sent_ns = sent
         if shutdown:
             entries.append(messages.SHUTDOWN_REQUEST)
+            self._shutdown_sent = True
         if not entries:
             return False
         if self._coordinator is not None:
@@ -424,6 +455,8 @@ class Engine:
         try:
             results = self._executor.run(response, requests)
         except CollectiveTimeoutError as err:
+            with self._lock:  # back in flight, so that ``_stop`` fails them for their callers
+                self._inflight.update((r.meta.name, r) for r in requests if r is not None)
             running = f"{response.kind} of {_listed(response.names)}"
             raise CollectiveTimeoutError(
                 f"{err}; it was running {running}", err.peers, err.reported_by

@@ -19,11 +19,12 @@ in turn with its own error, telling the others that it did and whom it waited fo
 import time
 
 _LONGEST_BEAT = 1.0  # seconds between heartbeats at most
-# A rank that gives up listens this long for the others' notices before it says whom it
-# blames: each gives up at its next heartbeat at the latest, and says so.
+# A rank that gives up listens this long at most for the others' notices before it says whom
+# it blames and fails its callers: each gives up at its next heartbeat at the latest.
 CONFIRM_SECONDS = _LONGEST_BEAT
-# It ends the job this long after it gave up: a second more for the lines of every rank to
-# reach mpirun (which takes a fraction of a second when the machine is busy).
+# It ends the job this long after it gave up at most: a second more, after its callers got
+# their errors, for the lines of every rank to reach mpirun (a fraction of a second when the
+# machine is busy).
 REPORT_SECONDS = CONFIRM_SECONDS + 1.0
 
 
@@ -41,6 +42,9 @@ class Liveness:
         self._heard = [now] * size
         self._everyone = now  # when a collective last completed: every rank took part
         self._next_beat = now + self.beat_every if timeout else float("inf")
+        # An idle engine sleeps this long at a time: it wakes for its next heartbeat, and
+        # takes the coordinator's notices (a peer's shutdown, a lost rank) at least as often.
+        self.idle_seconds = self.beat_every or _LONGEST_BEAT
 
     def heard(self, rank: int) -> None:
         """Note a message from ``rank``."""
@@ -93,6 +97,15 @@ class Reports:
     def answered(self, rank: int) -> bool:
         """Return True if ``rank`` has sent a notice: it is alive."""
         return rank in self._waited_for
+
+    def settled(self, ranks) -> bool:
+        """Return True once each of ``ranks`` has answered, or is lost.
+
+        Lost: named by a rank that found it lost, and silent since (``unanswered``).
+        """
+        named = [r for notice in self._notices if notice.found for r in notice.waited_for]
+        lost = set(self.unanswered(named))
+        return all(self.answered(r) or r in lost for r in ranks)
 
     def unanswered(self, ranks) -> list[int]:
         """Return the ranks behind ``ranks`` that never answered, in order.

@@ -6,13 +6,16 @@ A turn sends this rank's new submissions, coordinates or takes responses, and ru
 1. One thread at a time runs a turn: whoever holds the turn lock.
 2. The engine thread takes the lock whenever it is free; between turns it spins for
    ``SPIN_SECONDS`` (``LONE_SPIN_SECONDS`` on a rank alone on its host) after the last
-   progress (yielding the CPU and the GIL), then sleeps, longer and longer while nothing
-   happens, until woken.
+   progress (yielding the CPU and the GIL), then sleeps until woken: while this rank waits
+   for others, in sleeps that grow to ``BUSY_SLEEP_SECONDS``; while it is idle, for
+   ``idle_seconds`` at a time (the heartbeat's interval). An idle engine that woke every
+   millisecond let the kernel starve a rank that shared its core with another host's rank
+   busy in an MPI call (docs/troubleshooting.md, ranks that share cores).
 3. A caller blocked on its own handle (``wait``) takes the turns itself if the lock is free
    and the job has two ranks or more: that saves the hand-offs between threads, to the
    engine thread and back (about 15 us of a 60 us round trip). It gives them back after
-   as long without progress, or once its handle is done, and wakes the engine
-   thread if anything is still in flight, so that nothing waits for a thread that sleeps.
+   as long without progress, or once its handle is done, and wakes the engine thread if
+   anything is still in flight or pending, so that nothing waits for a thread that sleeps.
 4. A submission that does not wake the engine thread (``Engine.submit(wake=False)``) is
    always followed by ``wait`` on the same thread, which runs the turns or wakes the thread:
    ``BlockingCalls`` makes the blocking API calls submit that way, and only those.
@@ -37,6 +40,8 @@ SPIN_SECONDS = 2e-3
 # 12.9-13.0 to 9.9-10.3 at 10 Gbit/s, its samples/s up 3-7%; the MLP at 10 Gbit/s was level
 # (4,529-4,823 against 4,197-4,727 samples/s, medians 4,688 and 4,684).
 LONE_SPIN_SECONDS = 2e-4
+# While this rank waits for others, its sleeps between turns grow to this at most.
+BUSY_SLEEP_SECONDS = 100e-6
 _FIRST_POLL = 20e-6  # seconds; the sleep grows from here while nothing happens
 
 
@@ -46,19 +51,31 @@ class Turns:
     ``turn()`` runs one turn and returns whether anything happened; ``stopped()`` says the
     engine has stopped for good; ``in_flight()`` that this rank waits for responses, and
     ``pending()`` that the coordinator waits for other ranks (either way the thread sleeps
-    at most 100 us); ``abort(err, where)`` ends the job after a failed turn. Turns spin
-    ``spin`` seconds after progress (``SPIN_SECONDS`` or ``LONE_SPIN_SECONDS``).
+    at most ``cycle_seconds`` or ``BUSY_SLEEP_SECONDS``, the shorter); ``abort(err, where)``
+    ends the job after a failed turn. Turns spin ``spin`` seconds after progress
+    (``SPIN_SECONDS`` or ``LONE_SPIN_SECONDS``); an idle engine thread sleeps
+    ``idle_seconds`` at a time until woken.
     """
 
     def __init__(
-        self, turn, stopped, in_flight, pending, abort, cycle_seconds, size, spin=SPIN_SECONDS
+        self,
+        turn,
+        stopped,
+        in_flight,
+        pending,
+        abort,
+        cycle_seconds,
+        size,
+        spin=SPIN_SECONDS,
+        idle_seconds=1.0,
     ):
         self._turn = turn
         self._stopped = stopped
         self._in_flight = in_flight
         self._pending = pending
         self._abort = abort
-        self._idle_sleep = cycle_seconds
+        self._busy_sleep = min(cycle_seconds, BUSY_SLEEP_SECONDS)
+        self._idle_sleep = idle_seconds
         self._callers_drive = size > 1
         self._spin = spin
         self._lock = threading.Lock()
@@ -89,7 +106,7 @@ class Turns:
                 self._drive(handle)
             finally:
                 self._lock.release()
-            if self._in_flight():
+            if self._in_flight() or self._pending():
                 self._wakeup.set()
         elif not handle.done():
             self._wakeup.set()  # a submission made with wake=False waits for the engine thread
@@ -118,8 +135,7 @@ class Turns:
             self._abort(err, "its own thread")
 
     def _loop(self):
-        idle_sleep = self._idle_sleep
-        busy_sleep = min(idle_sleep, 100e-6)
+        idle_sleep, busy_sleep = self._idle_sleep, self._busy_sleep
         sleep = _FIRST_POLL
         last_event = time.perf_counter()
         while not self._stopped():
@@ -139,9 +155,11 @@ class Turns:
             if time.perf_counter() - last_event < self._spin:
                 os.sched_yield()  # releases the GIL; time.sleep(0) would cost ~70 us here
                 continue
-            waiting = self._in_flight() or self._pending()
-            sleep = min(sleep * 2, busy_sleep if waiting else idle_sleep)
-            self._wakeup.wait(sleep)
+            if self._in_flight() or self._pending():
+                sleep = min(sleep * 2, busy_sleep)
+                self._wakeup.wait(sleep)
+            else:
+                self._wakeup.wait(idle_sleep)
             self._wakeup.clear()
 
 

@@ -4,8 +4,10 @@ Each rank sends its new submissions (metas, never tensor data) to the coordinato
 rank 0 sends every other rank the same ordered responses. All of it runs on a private
 duplicate of the engine's communicator, apart from the tensor data's, and every send is
 non-blocking: the engine polls for what has arrived and never waits here, except at
-``finish``. A rank that finds a peer lost tells every other rank on it too (``tell_lost``),
-rank 0 or not, before it ends the job.
+``finish`` and ``close``, whose waits go through the transport's ``Waiter``: a peer frozen
+during shutdown fails them with an error that names it, instead of hanging. A rank that
+finds a peer lost tells every other rank on it too (``tell_lost``), rank 0 or not, before it
+ends the job.
 """
 
 import pickle
@@ -20,10 +22,11 @@ _TAG_LOST = 13
 class ControlChannel:
     """One rank's end of the control channel over a duplicate of ``comm`` (collective)."""
 
-    def __init__(self, comm: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, waiter):
         self._comm = comm.Dup()
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
+        self._waiter = waiter  # ``progress.Waiter`` over ``comm``'s ranks
         self._sends: list[MPI.Request] = []
         self._status = MPI.Status()  # reused by every probe
 
@@ -92,14 +95,24 @@ class ControlChannel:
         if self.rank != 0:
             self._sends.append(self._comm.isend(last, 0, _TAG_REQUEST))
             return
-        finished = 0
-        while finished < self.size - 1:
-            if self._comm.recv(source=MPI.ANY_SOURCE, tag=_TAG_REQUEST) == last:
-                finished += 1
+        status, arrived = MPI.Status(), []
+
+        def message_in():
+            arrived.append(self._comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status))
+            return arrived[-1] is not None
+
+        waiting = set(range(1, self.size))
+        while waiting:
+            what = f"the engine's shutdown: {len(waiting)} ranks' last control messages"
+            self._waiter.until(message_in, sorted(waiting), what)
+            if arrived[-1].recv() == last:
+                waiting.discard(status.Get_source())
 
     def close(self) -> None:
         """Wait for this rank's sends (all matched after ``finish``) and free the channel."""
-        MPI.Request.Waitall(self._sends)
+        peers = range(1, self.size) if self.rank == 0 else [0]
+        what = f"the engine's shutdown: {len(self._sends)} control messages of this rank's"
+        self._waiter.wait_all(self._sends, list(peers), what)
         self._comm.Free()
 
     def abort(self, status: int) -> None:

@@ -151,18 +151,21 @@ class Waiter:
         for request in requests:
             self.wait(request, peers, what)
 
-    def linger(self, requests, seconds: float) -> None:
-        """Poll ``requests`` and the notices for ``seconds``, then return, come what may.
+    def linger(self, requests, seconds: float, until=None) -> None:
+        """Poll ``requests`` and the notices for ``seconds``, or until ``until()`` is true.
 
         For a rank about to end the job: its sends progress meanwhile (best effort, as one
         to a lost host may never complete), the other ranks have time to act on them, and
-        their notices reach ``listen``'s ``notices``.
+        their notices reach ``listen``'s ``notices``. ``until`` is asked after each look at
+        the notices; it returns early only once the sends have gone too.
         """
         end = time.perf_counter() + seconds
         pending = list(requests)
         while time.perf_counter() < end:
             pending = [request for request in pending if not request.Test()]
             self._notices()
+            if until is not None and not pending and until():
+                return
             time.sleep(LISTEN_EVERY)
 
     def timed_out(self, peers, what, waited) -> CollectiveTimeoutError:
