@@ -163,14 +163,17 @@ class Executor:
         # Every member laid end to end, each aligned so that its slice of the result is
         # too; what lies between is unused.
         host = self._pool.get("fusion", unit.total, wire)
-        here = []
-        for member, off in zip(unit.members, unit.offsets, strict=True):
-            if member.request is None:
-                host[off : off + math.prod(member.shape)] = plan.fill
-            else:
-                here.append((member, off))
-        sources = [member.array for member, _ in here]
-        source_offsets = [off for _, off in here]
+        if all(m.request is not None for m in unit.members):  # no rank has joined: the rule
+            here = list(zip(unit.members, unit.offsets, unit.ends, strict=True))
+        else:
+            here = []
+            for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
+                if member.request is None:
+                    host[off:end] = plan.fill
+                else:
+                    here.append((member, off, end))
+        sources = [member.array for member, _, _ in here]
+        source_offsets = [off for _, off, _ in here]
         # A device tensor that goes alone and needs no widening or scaling is copied to the
         # host as it is: no staging buffer, and no pack or unpack launch.
         copied = backend is not _CPU and not unit.fused and plan.dtype == wire and prescale == 1
@@ -192,17 +195,15 @@ class Executor:
                 host, op, postscale, self._results.factory(wire), unit.read_only, compression
             )
             gathered = tl.now_ns()
-            outputs = [
-                deliver(result[off : off + math.prod(m.shape)].reshape(m.shape), m.out)
-                for m, off in here
-            ]
+            outputs = [deliver(result[off:end].reshape(m.shape), m.out) for m, off, end in here]
         else:
             reduced = self.transport.allreduce(host, host, op, postscale, compression)
             gathered = tl.now_ns()
             if staged:
                 backend.to_device(host, staging)
             outputs = [
-                m.out if m.out is not None else backend.empty(m.shape, plan.dtype) for m, _ in here
+                m.out if m.out is not None else backend.empty(m.shape, plan.dtype)
+                for m, _, _ in here
             ]
             if not copied:
                 backend.unpack(staging, source_offsets, outputs, 1.0)

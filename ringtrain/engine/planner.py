@@ -9,6 +9,7 @@ carries plans out. The common lone host tensor skips the planning (``Executor``'
 
 import dataclasses
 import math
+import operator
 import typing
 
 import numpy as np
@@ -88,7 +89,8 @@ class Unit:
     tensor is read from where it lies, and its result written where it goes, with no fusion
     buffer; otherwise the members are packed into a fusion buffer of ``total`` elements,
     each at its ALIGNMENT-aligned offset. ``read_only``: a new result may be read-only and
-    shared by the host's ranks. ``positions``: each member's place among the plan's members.
+    shared by the host's ranks. ``positions``: each member's place among the plan's members;
+    ``ends``: where each member's elements end in the buffer.
     """
 
     members: tuple
@@ -98,6 +100,7 @@ class Unit:
     read_only: bool
     offsets: tuple
     total: int
+    ends: tuple  # where each member's elements end: offsets[i] + its size
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -173,8 +176,8 @@ def _unit(everyone, sizes, positions, fused, host_results, share, wire) -> Unit:
     in_place = host_results and not fused
     # One tensor lies at 0; only a fusion buffer of several needs the aligned layout.
     offsets = aligned_displacements(chosen_sizes, wire.itemsize) if len(chosen) > 1 else [0]
-    total = offsets[-1] + chosen_sizes[-1]
-    return Unit(chosen, positions, fused, in_place, read_only, tuple(offsets), total)
+    ends = tuple(map(operator.add, offsets, chosen_sizes))
+    return Unit(chosen, positions, fused, in_place, read_only, tuple(offsets), ends[-1], ends)
 
 
 def lone_host(request):
