@@ -119,3 +119,23 @@ def test_compare_refuses_what_it_cannot_run_naming_it(tmp_path, capsys):
     ):
         assert bench_main(["compare", *extra]) == 2
         assert message in capsys.readouterr().out, extra
+
+
+def test_negotiation_benchmark_counts_what_crosses_rank_0_on_both_paths(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    argv = ["negotiation", "--ranks", "2,16,32", "--tensors", "5", "--steps", "2"]
+    assert bench_main([*argv, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["ranks"], r["path"]) for r in rows] == [
+        (n, path) for n in (2, 16, 32) for path in ("ids", "metas")
+    ]
+    for row in rows:
+        assert row["messages"] == 2 * (row["ranks"] - 1) and row["cpu_us"] > 0
+    by = {(r["ranks"], r["path"]): r["bytes"] for r in rows}
+    # A cache id is an int where a meta is a named tuple: the cached path sends less.
+    assert all(by[n, "ids"] < by[n, "metas"] for n in (2, 16, 32))
+    printed = capsys.readouterr().out
+    assert "ids: rank 0's CPU at 32 ranks is" in printed and "may grow 1x at most" in printed
+    with pytest.raises(SystemExit):
+        bench_main(["negotiation", "--ranks", "1,16"])
+    assert "rank counts '1,16': expected whole numbers of at least 2" in capsys.readouterr().err

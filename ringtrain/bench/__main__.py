@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from ringtrain.bench import allreduce, cluster, compare, kernels, train
+from ringtrain.bench import allreduce, cluster, compare, kernels, negotiation, train
 
 
 def main(argv=None) -> int:
@@ -15,12 +15,16 @@ def main(argv=None) -> int:
     cluster.add_arguments(commands.add_parser("cluster", help=cluster.__doc__.splitlines()[0]))
     train.add_arguments(commands.add_parser("train", help=train.__doc__.splitlines()[0]))
     compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
+    negotiation.add_arguments(
+        commands.add_parser("negotiation", help=negotiation.__doc__.splitlines()[0])
+    )
     args = parser.parse_args(argv)
     runs = {
         "allreduce": allreduce.run,
         "cluster": cluster.run,
         "compare": compare.run,
         "kernels": kernels.run,
+        "negotiation": negotiation.run,
         "train": train.run,
     }
     return runs[args.benchmark](args)

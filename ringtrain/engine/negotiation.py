@@ -264,7 +264,11 @@ class Coordinator:
         if kind == messages.ALLREDUCE and not joined:
             metas = []  # every rank has its own metas; keep the steady-state message small
         uncached = self._uncached
-        cache_ids = {n: self._cache_ids(n) for n in names if n in uncached} if uncached else {}
+        cache_ids = {}
+        for name in names if uncached else ():
+            ids = self._cache_ids(name) if name in uncached else None
+            if ids and any(ident is not None for ident in ids):  # none: nothing to tell
+                cache_ids[name] = ids
         return Response(kind, names, metas, per_rank, joined, cache_ids=cache_ids)
 
     def _cache_ids(self, name):
