@@ -297,3 +297,16 @@ def test_importing_the_binding_asks_for_the_pooling_allocator_unless_told_otherw
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split()[-1] == expected
+
+
+@pytest.mark.parametrize(("model", "gradients"), [("resnet50", 214), ("mobilenetv2", 158)])
+def test_the_training_benchmarks_application_models_hand_over_many_gradients(model, gradients):
+    from ringtrain.bench import train
+
+    x, y, build = train._model_and_data(model, 3)
+    built = build()
+    assert x.shape == (3, 32, 32, 3) and y.shape == (3,)
+    assert len(built.trainable_variables) == gradients
+    assert tuple(built(x[:1]).shape) == (1, 10)
+    with pytest.raises(ValueError, match="unknown model 'vgg'; expected mlp, cnn, resnet50"):
+        train._model_and_data("vgg", 3)

@@ -12,6 +12,8 @@ hidden-communication fraction:
 - ``independent``: N processes at once that never communicate (this machine's ceiling);
 - ``ringtrain``: N ranks, ``DistributedOptimizer`` in a ``tf.function`` train step, and in
   ``model.fit``;
+- ``packed``: Horovod's way, N ranks whose step packs its gradients into one buffer for one
+  ``MPI_Allreduce`` once backprop has ended (``HOROVOD``);
 - ``mwms``: ``tf.distribute.MultiWorkerMirroredStrategy``, N workers on localhost.
 
 With ``--hosts H`` (root) the contenders run across H test hosts instead, one rank each,
@@ -53,12 +55,21 @@ from ringtrain import affinity, settings, tf_allocator
 from ringtrain.bench import thread_cpu
 
 _MARK = "RESULT "
+# keras.applications models by their --models names: 214 and 158 gradients a step, as real
+# models hand over, built untrained (nothing is downloaded).
+_APPLICATIONS = {"resnet50": "ResNet50", "mobilenetv2": "MobileNetV2"}
 _SITE = "DistributedOptimizer."
+# Horovod's way of exchanging a step's gradients: one MPI_Allreduce of a packed buffer.
+HOROVOD = "Horovod's way (one MPI_Allreduce)"
 
 
 def add_arguments(parser) -> None:
     """Declare this benchmark's options on ``parser``."""
-    parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
+    parser.add_argument(
+        "--models",
+        default="mlp,cnn",
+        help="comma-separated: mlp, cnn, resnet50, mobilenetv2 (keras.applications at 32x32)",
+    )
     parser.add_argument("--batch", type=int, default=64, help="per rank (default 64)")
     parser.add_argument("--np", type=int, default=2, help="ranks and workers (default 2)")
     parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
@@ -153,6 +164,7 @@ def _measure_round(args, model):
         traced = launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
     finally:
         shutil.rmtree(folder)
+    packed = launch([_runner(n, worker_command(args, "packed", model))], args.timeout)[0]
     mwms = launch(at_once(args, "mwms", model), args.timeout, _mwms_env(n))[0]
     # Each contender: the processes that reported for it, and the figure it takes of them.
     reports = {
@@ -161,6 +173,7 @@ def _measure_round(args, model):
         f"{n} independent processes": (independent, "samples_per_sec"),
         f"ringtrain -np {n}": ([ringtrain], "samples_per_sec"),
         f"ringtrain -np {n}, model.fit": ([ringtrain], "fit_samples_per_sec"),
+        f"{HOROVOD}, -np {n}": ([packed], "samples_per_sec"),
         f"MultiWorkerMirroredStrategy, {n} workers": ([mwms], "samples_per_sec"),
     }
     return {
@@ -172,7 +185,7 @@ def _measure_round(args, model):
         },
         "hidden": {f"ringtrain -np {n}": traced["hidden_fraction"]},
         # As every reporting process ran with it (0: TensorFlow's default).
-        "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, mwms)},
+        "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, packed, mwms)},
         "cpus": {name: {r["cpus"] for r in found} for name, (found, _) in reports.items()},
         # Per contender that runs the custom step, its first process's CPU per step by role.
         "cpu_ms": {
@@ -328,9 +341,14 @@ def _work(args) -> int:
     import keras
 
     kind, n = args.worker, args.np
+    index, processes = args.index, args.processes
+    if kind == "packed":
+        from mpi4py import MPI
+
+        index, processes = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     if kind != "ringtrain" and settings.read().bind_cores:
         # As ringtrain's ranks do at init(): processes that run at once share out the cores.
-        affinity.pin_share(args.index, args.processes)
+        affinity.pin_share(index, processes)
     strategy = tf.distribute.MultiWorkerMirroredStrategy() if kind == "mwms" else None
     reporting = kind == "alone" or (kind == "mwms" and args.index == 0)
     if kind == "ringtrain":
@@ -339,9 +357,7 @@ def _work(args) -> int:
         hvd.init(timeline=args.timeline)
         n, reporting = hvd.size(), hvd.rank() == 0
     elif kind == "packed":
-        from mpi4py import MPI
-
-        n, reporting = MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank() == 0
+        n, reporting = processes, index == 0
     keras.utils.set_random_seed(0)
     replicas = n if kind in ("ringtrain", "mwms", "packed") else 1
     x, y, build = _model_and_data(args.model, args.batch * replicas)
@@ -442,8 +458,17 @@ def _model_and_data(name, rows):
                 ]
             )
 
+    elif name in _APPLICATIONS:
+        shape = (32, 32, 3)  # small images: per-tensor costs weigh as on a fast device
+
+        def build():
+            application = getattr(keras.applications, _APPLICATIONS[name])
+            return application(
+                weights=None, input_shape=shape, classes=10, classifier_activation=None
+            )
+
     else:
-        raise ValueError(f"unknown model {name!r}; expected mlp or cnn")
+        raise ValueError(f"unknown model {name!r}; expected mlp, cnn, {', '.join(_APPLICATIONS)}")
     x = rng.random((rows, *shape), dtype=np.float32)
     y = rng.integers(0, 10, rows).astype(np.int32)
     return x, y, build

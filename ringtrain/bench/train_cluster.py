@@ -34,7 +34,6 @@ from ringtrain.bench.children import EndedBySignalError, signals_raise
 PREFIX = "rttrain"
 _PROG = "python -m ringtrain.bench train --hosts"
 _PORT = 47_000  # MultiWorkerMirroredStrategy's port on every test host (each has its own)
-_HOROVOD = "Horovod's way (one MPI_Allreduce)"
 
 
 def run(args) -> int:
@@ -89,13 +88,12 @@ def _measure_rate(args, hosts, rate):
         for row in train.summarize(model, rounds, args.batch):
             row["rate"] = rate
             row["link_bound_samples_per_sec"] = bound
-            row["vs_horovod"] = float(
-                np.median([r["rates"][row["contender"]] / r["rates"][_HOROVOD] for r in rounds])
-            )
+            versus = [r["rates"][row["contender"]] / r["rates"][train.HOROVOD] for r in rounds]
+            row["vs_horovod"] = float(np.median(versus))
             rows.append(row)
     print(f"\n{args.hosts} test hosts, one rank each, links capped at {rate} both ways")
     train.print_rows(rows, args.np, args.inter_op_threads, args.rounds)
-    print(f"{'model':<6} {'contender':<40} {'vs ' + _HOROVOD}")
+    print(f"{'model':<6} {'contender':<40} {'vs ' + train.HOROVOD}")
     for row in rows:
         print(f"{row['model']:<6} {row['contender']:<40} {row['vs_horovod']:.2f}")
     for row in rows:
@@ -156,7 +154,7 @@ def _measure_round(args, model, hosts):
         _independent(n): together,
         f"ringtrain, {n} hosts": ringtrain,
         f"ringtrain, {n} hosts, fp16": fp16,
-        _HOROVOD: packed,
+        train.HOROVOD: packed,
         f"MultiWorkerMirroredStrategy, {n} hosts": mwms,
     }
     return {
