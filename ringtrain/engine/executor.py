@@ -163,15 +163,12 @@ class Executor:
         # Every member laid end to end, each aligned so that its slice of the result is
         # too; what lies between is unused.
         host = self._pool.get("fusion", unit.total, wire)
-        if all(m.request is not None for m in unit.members):  # no rank has joined: the rule
-            here = list(zip(unit.members, unit.offsets, unit.ends, strict=True))
-        else:
-            here = []
-            for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
-                if member.request is None:
-                    host[off:end] = plan.fill
-                else:
-                    here.append((member, off, end))
+        here = []
+        for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
+            if member.request is None:
+                host[off:end] = plan.fill
+            else:
+                here.append((member, off, end))
         sources = [member.array for member, _, _ in here]
         source_offsets = [off for _, off, _ in here]
         # A device tensor that goes alone and needs no widening or scaling is copied to the

@@ -102,8 +102,8 @@ class ControlChannel:
             return arrived[-1] is not None
 
         waiting = set(range(1, self.size))
+        what = "the engine's shutdown (each rank's last control message)"
         while waiting:
-            what = f"the engine's shutdown: {len(waiting)} ranks' last control messages"
             self._waiter.until(message_in, sorted(waiting), what)
             if arrived[-1].recv() == last:
                 waiting.discard(status.Get_source())
@@ -111,7 +111,7 @@ class ControlChannel:
     def close(self) -> None:
         """Wait for this rank's sends (all matched after ``finish``) and free the channel."""
         peers = range(1, self.size) if self.rank == 0 else [0]
-        what = f"the engine's shutdown: {len(self._sends)} control messages of this rank's"
+        what = "the engine's shutdown (this rank's last control messages)"
         self._waiter.wait_all(self._sends, list(peers), what)
         self._comm.Free()
 
