@@ -113,12 +113,10 @@ def test_two_hosts_of_two_ranks_finish_at_the_defaults_with_core_binding_on(clus
     """
     names, _ = cluster
     where = ["-np", "4", "-H", f"{names[0]}:2,{names[1]}:2", "--start-timeout", "60"]
-    counts = ["0", "1", "1000003", str(1 << 18), str(1 << 22)]  # float32: 1 MiB, 16 MiB
     done, _ = _launch(
         cluster,
         str(CHECKS / "check_shared_cores.py"),
-        "default",
-        *counts,
+        "default",  # its counts: 0, 1, uneven, 1 MiB and 16 MiB
         settings={"PYTHONPATH": os.pathsep.join([str(REPO), str(CHECKS)])},
         where=where,
     )

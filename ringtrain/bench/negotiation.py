@@ -10,8 +10,9 @@ cross rank 0's control channel, and rank 0's CPU time for that work (median). Tw
 above 0, the default), and ``metas``, where it sends every meta whole (capacity 0).
 
 Both grow with the ranks: rank 0 takes one message from every rank, whatever it holds. The
-last column is the growth from 16 ranks to the largest count, beside log2 of their ratio, the
-most that a negotiation whose steady state skips rank 0 may grow (issue 41's target).
+lines after the table give each path's growth from 16 ranks to the largest count, beside log2
+of their ratio, the most that a negotiation whose steady state skips rank 0 may grow (issue
+41's target).
 
     python -m ringtrain.bench negotiation --ranks 2,16,128,1024
 """

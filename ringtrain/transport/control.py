@@ -95,17 +95,17 @@ class ControlChannel:
         if self.rank != 0:
             self._sends.append(self._comm.isend(last, 0, _TAG_REQUEST))
             return
-        status, arrived = MPI.Status(), []
+        status, arrived = MPI.Status(), [None]  # the message found by the last probe
 
         def message_in():
-            arrived.append(self._comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status))
-            return arrived[-1] is not None
+            arrived[0] = self._comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)
+            return arrived[0] is not None
 
         waiting = set(range(1, self.size))
         what = "the engine's shutdown (each rank's last control message)"
         while waiting:
             self._waiter.until(message_in, sorted(waiting), what)
-            if arrived[-1].recv() == last:
+            if arrived[0].recv() == last:
                 waiting.discard(status.Get_source())
 
     def close(self) -> None:

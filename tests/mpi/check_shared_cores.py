@@ -1,6 +1,7 @@
 """Ranks that share a core still finish: allreduces between the job's own MPI barriers.
 
-Arguments: how the ranks sit on the cores, then the element counts to allreduce.
+Arguments: how the ranks sit on the cores, then the float32 element counts to allreduce
+(``COUNTS`` if none: 0, 1, uneven, 1 MiB and 16 MiB).
 ``default``: as ``init()`` binds them (RINGTRAIN_BIND_CORES decides). ``paired``: after
 ``init()``, every rank pins itself to CPU ``rank % cpus``, so that ranks share cores as the
 ranks of two jobs, or of two hosts on one machine, do.
@@ -21,10 +22,11 @@ from mpi4py import MPI
 import ringtrain
 
 world = MPI.COMM_WORLD
+COUNTS = [0, 1, 1000003, 1 << 18, 1 << 22]
 
 
 def body():
-    placement, counts = sys.argv[1], [int(c) for c in sys.argv[2:]]
+    placement, counts = sys.argv[1], [int(c) for c in sys.argv[2:]] or COUNTS
     ringtrain.init()
     rank, size = ringtrain.rank(), ringtrain.size()
     if placement == "paired":
