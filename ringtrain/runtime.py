@@ -33,7 +33,7 @@ class Runtime:
         self.topology = discover(comm)
         # Before the engine starts its thread, which then runs where the rank's other threads do.
         self.binding = affinity.bind_ranks(comm, self.topology, settings.bind_cores)
-        self.engine = Engine(comm, settings, self.topology)
+        self.engine = Engine.over(comm, settings, self.topology)
         self.process_sets = ProcessSetRegistry()
         self._counters: dict[tuple[int | None, str, str], itertools.count] = {}
         global_process_set.ranks = list(range(self.topology.size))
@@ -55,7 +55,7 @@ class Runtime:
         engine = None
         if member:
             settings = dataclasses.replace(self.settings, timeline=None)
-            engine = Engine(comm, settings, discover(comm))
+            engine = Engine.over(comm, settings, discover(comm))
         self.process_sets.add(process_set, rank, comm, engine)
 
     def unnamed(self, kind: str, process_set: ProcessSet | None, site: str) -> str:

@@ -12,20 +12,19 @@ more, a blocking call's caller takes them itself while the engine thread is betw
 (``ringtrain.engine.turns`` owns that, and states its invariants).
 """
 
-import functools
 import sys
 import threading
 import time
 import traceback
 
-from ringtrain import contract
 from ringtrain.buffers import BufferPool
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
 from ringtrain.engine.executor import Executor
 from ringtrain.engine.handle import Request
-from ringtrain.engine.liveness import CONFIRM_SECONDS, REPORT_SECONDS, Liveness, Reports
+from ringtrain.engine.liveness import Liveness, PeerWatch
 from ringtrain.engine.negotiation import Coordinator
+from ringtrain.engine.sides import CoordinatorSide, WorkerSide, listed
 from ringtrain.engine.stall import StallInspector
 from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns
 from ringtrain.errors import (
@@ -43,35 +42,40 @@ from ringtrain.transport.router import Transport
 class Engine:
     """Queue, negotiation and execution for one rank, run by a background thread.
 
-    A blocking call's caller runs them itself while it waits, when it can (``wait``).
+    A blocking call's caller runs them itself while it waits, when it can (``wait``). The
+    engine takes its collaborators: ``transport`` (``router.Transport``, or any object with
+    its collectives, ``waiter`` and ``free``), ``channel`` (``control.ControlChannel``'s
+    calls), the scratch ``pool`` that the transport shares, and the ``clock`` of its
+    negotiation and heartbeats. ``Engine.over`` builds them on a communicator.
     """
 
-    def __init__(self, comm, settings, topology):
+    def __init__(self, settings, topology, transport, channel, pool, clock=time.monotonic):
         self.settings = settings
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
-        self._topology = topology
-        self._pool = BufferPool()
-        self.transport = Transport(comm, topology, settings, self._pool)
-        self._waiter = self.transport.waiter
-        self._control = ControlChannel(comm, self._waiter)
-        self._reports = Reports()  # the notices of lost peers (see ``_give_up``)
-        self._waiter.listen(self._while_waiting)
+        self.rank = topology.rank
+        self.size = topology.size
+        self.transport = transport
+        self._pool = pool
+        self._control = channel
         # The timeout that the transport agreed on (rank 0's): every rank beats alike.
-        self._liveness = Liveness(self._waiter.timeout, self.size)
-        self._timeline_path = settings.timeline or None
-        self._timeline = _open_timeline(settings.timeline, self.rank)
-        self._executor = Executor(self.transport, self._pool, self._timeline)
-        self._coordinator = None
+        liveness = Liveness(transport.waiter.timeout, self.size, clock)
+        self._liveness = liveness
         if self.rank == 0:
             stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)
-            self._coordinator = Coordinator(
+            coordinator = Coordinator(
                 self.size,
                 settings.fusion_threshold,
                 settings.cache_capacity,
                 stall,
                 settings.unnamed_drift_seconds,
+                clock,
             )
+            self._side = CoordinatorSide(coordinator, channel, liveness, self.rank, clock)
+        else:
+            self._side = WorkerSide(channel, liveness)
+        self._watch = PeerWatch(liveness, self._side, channel, transport.waiter, topology)
+        self._timeline_path = settings.timeline or None
+        self._timeline = _open_timeline(settings.timeline, self.rank)
+        self._executor = Executor(transport, pool, self._timeline)
         self._lock = threading.Lock()
         self._outbox: list[Request] = []
         self._withdrawals: list[str] = []  # names to take back from the coordinator
@@ -81,19 +85,25 @@ class Engine:
         self._shutdown_asked = False
         self._shutdown_sent = False  # this rank has asked the coordinator to stop every engine
         self._stopped = False  # a STOP response has been run, or the job is ending
-        self._next_stall_check = 0.0
         self._turns = Turns(
             self._turn_once,
             lambda: self._stopped,
             lambda: bool(self._inflight),
-            lambda: self._coordinator is not None and self._coordinator.pending(),
+            self._side.pending,
             self._abort,
             settings.cycle_time_ms / 1000,
             self.size,
             LONE_SPIN_SECONDS if topology.alone_on_host else SPIN_SECONDS,
-            self._liveness.idle_seconds,
+            liveness.idle_seconds,
         )
         self._turns.start()
+
+    @classmethod
+    def over(cls, comm, settings, topology):
+        """Return an engine over ``comm``, whose ``topology`` it is (collective over ``comm``)."""
+        pool = BufferPool()
+        transport = Transport(comm, topology, settings, pool)
+        return cls(settings, topology, transport, ControlChannel(comm, transport.waiter), pool)
 
     def submit(self, meta, array, out=None, read_only=False, wake=True) -> Request:
         """Queue one collective; return its request, whose handle completes later.
@@ -204,18 +214,20 @@ class Engine:
         """Fail every pending handle and end the job: a rank lost mid-collective hangs the rest.
 
         A rank that found a peer lost tells every other rank first, and each gives up with
-        its own error (``_give_up``).
+        its own error (``PeerWatch.give_up``).
         """
         self._stopped = True  # no thread takes another turn while this one ends the job
         if isinstance(err, CollectiveTimeoutError):
-            self._give_up(err)
-            # Every rank that can still act gets here at about the same time (``_give_up``):
+            self._watch.give_up(err)
+            # Every rank that can still act gets here at about the same time (``give_up``):
             # each caller raises its own error now, this thread's too if it is a caller's,
             # and a thread of its own ends the job once they have had time to say so.
             self._stop(err)
             # Not a daemon (as a thread started by the engine's would be): an exiting
             # interpreter waits for it before it finalizes MPI, which would wait for the lost.
-            ending = threading.Thread(target=self._end_job, name="ringtrain-end-job", daemon=False)
+            ending = threading.Thread(
+                target=self._watch.end_job, name="ringtrain-end-job", daemon=False
+            )
             ending.start()
             return
         what = "was interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
@@ -227,84 +239,14 @@ class Engine:
         self._stop(EngineStoppedError(f"engine failed: {err!r}"))
         self._control.abort(1)
 
-    def _end_job(self):
-        """Linger while the callers raise their errors, then end the whole job."""
-        self._waiter.linger((), REPORT_SECONDS - CONFIRM_SECONDS)
-        self._control.abort(1)
-
-    def _give_up(self, err):
-        """Say why this rank gives up, tell the others, wait for them to, say whom it blames.
-
-        It waits until every other rank has given up too, or is lost (``Reports.settled``),
-        for ``CONFIRM_SECONDS`` at most: a caller given its error may end the job, so no
-        rank's callers are given theirs before every rank that can act has its own. Only a
-        rank that found peers lost blames ranks, in the contract's unreachable lines, and
-        only those behind its peers that never answered (``_blame``): a rank that was told
-        may have waited for a rank that is fine.
-        """
-        # The message names the peers and the tensors; the transport's stack adds nothing.
-        sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
-        sys.stderr.flush()
-        mine = self._waiter.notice(err)
-        self._reports.add([mine])
-        # The ranks named lost too: one that is not (it waits in turn) answers, and is not blamed.
-        others = [r for r in range(self.size) if r != self.rank]
-        sends = self._control.tell_lost(mine, others)
-        settled = functools.partial(self._reports.settled, others)
-        self._waiter.linger(sends, CONFIRM_SECONDS, settled)
-        self._blame(mine)
-
-    def _blame(self, mine):
-        """Say which ranks named lost answered since, and who never did; blame those if found.
-
-        ``mine``: this rank's own notice. A rank that found its peers lost blames the ranks
-        behind them that never answered (``Reports.unanswered``).
-        """
-        reports = self._reports
-        cited = reports.first()
-        answered = [r for r in cited.waited_for if reports.answered(r)]
-        if answered:
-            taken_back = self._waiter.taken_back(answered, reports.unanswered(cited.waited_for))
-            sys.stderr.write(f"ringtrain: error: {taken_back}\n")
-        if mine.found:
-            names, world = self._topology.host_names, self._topology.world_ranks
-            for rank in reports.unanswered(mine.waited_for):  # for ringtrain-run (contract)
-                sys.stderr.write(contract.unreachable_line(world[rank], names[rank]) + "\n")
-        sys.stderr.flush()
-
-    def _while_waiting(self):
-        """Beat if it is time, while a transfer waits; return a notice of lost peers, or None.
-
-        A rank that waits in a transfer, for a rank that waits in turn for a lost one, beats
-        on: it is not silent. It checks no one's silence meanwhile (it takes no messages in).
-        """
-        if self._liveness.beat_due():
-            self._send_beat()
-        return self._notices()
-
-    def _notices(self):
-        """Note the notices of lost peers that came; return the first that found some, or None."""
-        self._reports.add(self._control.lost_notices())
-        return self._reports.first()
-
     def _turn_once(self) -> bool:
-        """Send new submissions, coordinate or take responses, run them (one turn).
+        """Send new submissions, take the responses (deciding them on rank 0), run them.
 
         Returns True if anything happened.
         """
         active = self._send_submissions()
-        liveness = self._liveness
-        if self._coordinator is not None:
-            responses = self._coordinate()
-            if responses:
-                self._control.respond(messages.to_wire(responses))
-        else:
-            responses = []
-            for wire in self._control.responses():
-                responses.extend(messages.from_wire(wire))
-                liveness.heard(0)
-        if liveness.beat_due():
-            self._beat()
+        responses = self._side.receive()
+        self._watch.beat(self._inflight, self._shutdown_sent)
         for response in responses:
             if response.kind == messages.WITHDRAWN:
                 self._forget(response)
@@ -321,63 +263,8 @@ class Engine:
                 self._stopped = True
                 return True
             self._execute(response)
-            liveness.heard_all()  # every rank took part in it
+            self._liveness.heard_all()  # every rank took part in it
         return active or bool(responses)
-
-    def _beat(self):
-        """Send a heartbeat; fail if another rank reported a lost peer, or one has fallen silent.
-
-        See ``engine.liveness``; the coordinator's heartbeat is an empty list of responses.
-        """
-        self._send_beat()
-        notice = self._notices()
-        if notice is not None:
-            raise self._waiter.relayed(notice, *self._awaited())
-        if self._coordinator is not None:
-            if not self._coordinator.pending():
-                return
-            silent = self._liveness.silent(range(1, self.size))
-            waiting = "tensors waited for it to submit them"
-        else:
-            if not self._inflight and not self._shutdown_sent:
-                return
-            silent = self._liveness.silent([0])
-            waiting = f"this rank waited for the coordinator's {self._awaited_responses()}"
-        if silent:
-            names, world = self._topology.host_names, self._topology.world_ranks
-            peers = ", ".join(f"rank {r} on {names[r]} for {s:.0f} s" for r, s in silent)
-            raise CollectiveTimeoutError(
-                f"rank {self.rank} on {names[self.rank]} heard nothing from {peers}, while "
-                f"{waiting} (RINGTRAIN_COLLECTIVE_TIMEOUT={self._liveness.timeout:g}): the "
-                "peer is frozen, dead or unreachable",
-                [(world[r], names[r]) for r, _ in silent],
-            )
-
-    def _send_beat(self):
-        """Send a heartbeat: the coordinator's is an empty list of responses to every rank."""
-        if self._coordinator is not None:
-            self._control.respond([])
-        else:
-            self._control.submit([])
-
-    def _awaited(self):
-        """Return the ranks this rank's engine waits for, and what for (for an error)."""
-        if self._coordinator is not None:
-            names, ranks = self._coordinator.awaited()
-            ranks = [r for r in ranks if r != self.rank]
-        elif self._shutdown_sent and not self._inflight:
-            return [0], f"the coordinator's {self._awaited_responses()}"
-        else:
-            names, ranks = list(self._inflight), [0]
-        if not names:
-            return [], "in no collective"
-        return ranks, f"the negotiation of {_listed(names)}"
-
-    def _awaited_responses(self):
-        """Return what this rank (not the coordinator) waits for the coordinator to answer."""
-        if self._inflight:
-            return f"responses ({_listed(list(self._inflight))})"
-        return "answer to this rank's shutdown"
 
     def _cached(self, meta):
         """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
@@ -404,33 +291,8 @@ class Engine:
             self._shutdown_sent = True
         if not entries:
             return False
-        if self._coordinator is not None:
-            self._coordinator.add(self.rank, entries)
-        else:
-            self._control.submit(entries)
+        self._side.send(entries)
         return True
-
-    def _coordinate(self):
-        coordinator = self._coordinator
-        for source, entries in self._control.submissions():
-            self._liveness.heard(source)
-            coordinator.add(source, entries)
-        responses = coordinator.responses()
-        now = time.monotonic()
-        if now >= self._next_stall_check:
-            self._next_stall_check = now + 1.0
-            warnings, stalled = coordinator.check_stalls()
-            for text in warnings:
-                sys.stderr.write(f"ringtrain: warning: {text}\n")
-            for response in stalled:
-                sys.stderr.write(f"ringtrain: error: failing a stalled tensor: {response.error}\n")
-            drifted = coordinator.check_drift()
-            if drifted:
-                sys.stderr.write(f"ringtrain: error: {drifted[0].error}\n")
-            sys.stderr.flush()
-            responses.extend(stalled)
-            responses.extend(drifted)
-        return responses
 
     def _execute(self, response):
         with self._lock:
@@ -457,7 +319,7 @@ class Engine:
         except CollectiveTimeoutError as err:
             with self._lock:  # back in flight, so that ``_stop`` fails them for their callers
                 self._inflight.update((r.meta.name, r) for r in requests if r is not None)
-            running = f"{response.kind} of {_listed(response.names)}"
+            running = f"{response.kind} of {listed(response.names)}"
             raise CollectiveTimeoutError(
                 f"{err}; it was running {running}", err.peers, err.reported_by
             ) from None
@@ -494,12 +356,6 @@ class Engine:
             pending, self._inflight, self._outbox = self._inflight, {}, []
         for request in pending.values():
             request.handle.fail(error)
-
-
-def _listed(names, shown=4):
-    """Return the first ``shown`` of ``names``, quoted, and how many more there are."""
-    listed = ", ".join(repr(name) for name in names[:shown])
-    return f"{listed} and {len(names) - shown} more" if len(names) > shown else listed
 
 
 def _withdrawn_error(name):

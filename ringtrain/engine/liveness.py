@@ -13,10 +13,16 @@ hearing from everyone; and a rank whose transfer waits for a peer beats from tha
 The rank that finds a peer lost tells every other rank (a ``transport.progress.LostNotice``),
 which looks for such notices at each heartbeat and in its transfers' waits, and gives up
 in turn with its own error, telling the others that it did and whom it waited for.
-``Reports`` keeps the notices a rank has seen, and follows them to the ranks lost in fact.
+``Reports`` keeps the notices a rank has seen, and follows them to the ranks lost in fact;
+``PeerWatch`` beats, looks out for notices and silence, and gives up and blames.
 """
 
+import functools
+import sys
 import time
+
+from ringtrain import contract
+from ringtrain.errors import CollectiveTimeoutError
 
 _LONGEST_BEAT = 1.0  # seconds between heartbeats at most
 # A rank that gives up listens this long at most for the others' notices before it says whom
@@ -36,6 +42,7 @@ class Liveness:
 
     def __init__(self, timeout: float, size: int, clock=time.monotonic):
         self.timeout = timeout
+        self.size = size
         self.beat_every = min(_LONGEST_BEAT, timeout / 4) if timeout else 0.0
         self._clock = clock
         now = clock()
@@ -122,3 +129,107 @@ class Reports:
                 else:
                     silent.add(rank)
         return sorted(silent)
+
+
+class PeerWatch:
+    """One rank's heartbeats, its look-outs for lost peers, and its report when it gives up.
+
+    It beats through the engine's negotiation ``side`` (``engine.sides``), hears other
+    ranks' notices on ``channel``, and waits and words its errors through ``waiter``
+    (``transport.progress.Waiter``), which it listens to: a rank waiting in a transfer
+    beats on and hears of lost peers there too.
+    """
+
+    def __init__(self, liveness, side, channel, waiter, topology):
+        self.liveness = liveness
+        self.reports = Reports()  # the notices of lost peers (see ``give_up``)
+        self._side = side
+        self._channel = channel
+        self._waiter = waiter
+        self._topology = topology
+        waiter.listen(self._while_waiting)
+
+    def beat(self, in_flight, shutdown_sent) -> None:
+        """Beat if it is time; then fail if a peer was reported lost or has fallen silent.
+
+        ``in_flight``: the names this rank waits for; ``shutdown_sent``: this rank has asked
+        the coordinator to stop every engine.
+        """
+        if not self.liveness.beat_due():
+            return
+        self._side.beat()
+        notice = self._notices()
+        if notice is not None:
+            raise self._waiter.relayed(notice, *self._side.awaited(in_flight, shutdown_sent))
+        silent, waiting = self._side.silent(in_flight, shutdown_sent)
+        if silent:
+            topology, liveness = self._topology, self.liveness
+            names, world, rank = topology.host_names, topology.world_ranks, topology.rank
+            peers = ", ".join(f"rank {r} on {names[r]} for {s:.0f} s" for r, s in silent)
+            raise CollectiveTimeoutError(
+                f"rank {rank} on {names[rank]} heard nothing from {peers}, while "
+                f"{waiting} (RINGTRAIN_COLLECTIVE_TIMEOUT={liveness.timeout:g}): the "
+                "peer is frozen, dead or unreachable",
+                [(world[r], names[r]) for r, _ in silent],
+            )
+
+    def _while_waiting(self):
+        """Beat if it is time, while a transfer waits; return a notice of lost peers, or None.
+
+        A rank that waits in a transfer, for a rank that waits in turn for a lost one, beats
+        on: it is not silent. It checks no one's silence meanwhile (it takes no messages in).
+        """
+        if self.liveness.beat_due():
+            self._side.beat()
+        return self._notices()
+
+    def _notices(self):
+        """Note the notices of lost peers that came; return the first that found some, or None."""
+        self.reports.add(self._channel.lost_notices())
+        return self.reports.first()
+
+    def give_up(self, err) -> None:
+        """Say why this rank gives up, tell the others, wait for them to, say whom it blames.
+
+        It waits until every other rank has given up too, or is lost (``Reports.settled``),
+        for ``CONFIRM_SECONDS`` at most: a caller given its error may end the job, so no
+        rank's callers are given theirs before every rank that can act has its own. Only a
+        rank that found peers lost blames ranks, in the contract's unreachable lines, and
+        only those behind its peers that never answered (``_blame``): a rank that was told
+        may have waited for a rank that is fine.
+        """
+        # The message names the peers and the tensors; the transport's stack adds nothing.
+        sys.stderr.write(f"ringtrain: error: {err}; ending the job\n")
+        sys.stderr.flush()
+        mine = self._waiter.notice(err)
+        self.reports.add([mine])
+        # The ranks named lost too: one that is not (it waits in turn) answers, and is not blamed.
+        rank = self._topology.rank
+        others = [r for r in range(self._topology.size) if r != rank]
+        sends = self._channel.tell_lost(mine, others)
+        settled = functools.partial(self.reports.settled, others)
+        self._waiter.linger(sends, CONFIRM_SECONDS, settled)
+        self._blame(mine)
+
+    def _blame(self, mine):
+        """Say which ranks named lost answered since, and who never did; blame those if found.
+
+        ``mine``: this rank's own notice. A rank that found its peers lost blames the ranks
+        behind them that never answered (``Reports.unanswered``).
+        """
+        reports = self.reports
+        cited = reports.first()
+        answered = [r for r in cited.waited_for if reports.answered(r)]
+        if answered:
+            taken_back = self._waiter.taken_back(answered, reports.unanswered(cited.waited_for))
+            sys.stderr.write(f"ringtrain: error: {taken_back}\n")
+        if mine.found:
+            names, world = self._topology.host_names, self._topology.world_ranks
+            for rank in reports.unanswered(mine.waited_for):  # for ringtrain-run (contract)
+                sys.stderr.write(contract.unreachable_line(world[rank], names[rank]) + "\n")
+        sys.stderr.flush()
+
+    def end_job(self) -> None:
+        """Linger while the callers raise their errors, then end the whole job."""
+        self._waiter.linger((), REPORT_SECONDS - CONFIRM_SECONDS)
+        self._channel.abort(1)

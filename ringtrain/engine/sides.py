@@ -1,0 +1,140 @@
+"""The two sides of negotiation behind one interface: the coordinator's (rank 0) and a worker's.
+
+An engine holds one side, chosen once by its rank, and never asks its rank again: the side
+hands this rank's submissions to the coordinator, returns the responses this rank must run,
+beats, and says whom this rank waits for and which of them has fallen silent.
+"""
+
+import sys
+import time
+
+from ringtrain.engine import messages
+
+# The coordinator looks for stalled tensors and drifted unnamed calls this often (seconds).
+_CHECK_EVERY = 1.0
+
+
+class CoordinatorSide:
+    """Rank 0: its submissions go straight to the ``Coordinator``, which answers every rank."""
+
+    def __init__(self, coordinator, channel, liveness, rank, clock=time.monotonic):
+        self.coordinator = coordinator
+        self._channel = channel
+        self._liveness = liveness
+        self._rank = rank
+        self._clock = clock
+        self._next_check = 0.0
+
+    def send(self, entries) -> None:
+        """Hand this rank's ``entries`` (metas, cache ids, withdrawals...) to the coordinator."""
+        self.coordinator.add(self._rank, entries)
+
+    def receive(self) -> list:
+        """Take every rank's submissions, decide, send the responses out, and return them."""
+        coordinator = self.coordinator
+        for source, entries in self._channel.submissions():
+            self._liveness.heard(source)
+            coordinator.add(source, entries)
+        responses = coordinator.responses()
+        now = self._clock()
+        if now >= self._next_check:
+            self._next_check = now + _CHECK_EVERY
+            responses.extend(self._checked())
+        if responses:
+            self._channel.respond(messages.to_wire(responses))
+        return responses
+
+    def _checked(self) -> list:
+        """Return the responses that fail stalled tensors and drifted calls, saying why."""
+        coordinator = self.coordinator
+        warnings, stalled = coordinator.check_stalls()
+        for text in warnings:
+            sys.stderr.write(f"ringtrain: warning: {text}\n")
+        for response in stalled:
+            sys.stderr.write(f"ringtrain: error: failing a stalled tensor: {response.error}\n")
+        drifted = coordinator.check_drift()
+        if drifted:
+            sys.stderr.write(f"ringtrain: error: {drifted[0].error}\n")
+        sys.stderr.flush()
+        return stalled + drifted
+
+    def beat(self) -> None:
+        """Send a heartbeat: an empty list of responses to every rank."""
+        self._channel.respond([])
+
+    def pending(self) -> bool:
+        """Return True while some tensor waits for ranks that have not submitted it."""
+        return self.coordinator.pending()
+
+    def silent(self, in_flight, shutdown_sent):
+        """Return the silent ranks that tensors wait for, and what waits for them."""
+        if not self.coordinator.pending():
+            return [], ""
+        silent = self._liveness.silent(range(1, self._liveness.size))
+        return silent, "tensors waited for it to submit them"
+
+    def awaited(self, in_flight, shutdown_sent):
+        """Return the ranks this rank's engine waits for, and what for (for an error)."""
+        names, ranks = self.coordinator.awaited()
+        return _awaited([r for r in ranks if r != self._rank], names)
+
+
+class WorkerSide:
+    """Any other rank: it sends its submissions to rank 0 and runs the responses that come."""
+
+    def __init__(self, channel, liveness):
+        self._channel = channel
+        self._liveness = liveness
+
+    def send(self, entries) -> None:
+        """Send this rank's ``entries`` to the coordinator."""
+        self._channel.submit(entries)
+
+    def receive(self) -> list:
+        """Return the coordinator's responses that have come, in order."""
+        responses = []
+        for wire in self._channel.responses():
+            responses.extend(messages.from_wire(wire))
+            self._liveness.heard(0)
+        return responses
+
+    def beat(self) -> None:
+        """Send a heartbeat: an empty submission."""
+        self._channel.submit([])
+
+    def pending(self) -> bool:
+        """Return False: a worker decides nothing that waits for other ranks."""
+        return False
+
+    def silent(self, in_flight, shutdown_sent):
+        """Return the coordinator, if silent while this rank waits for it, and what waits."""
+        if not in_flight and not shutdown_sent:
+            return [], ""
+        silent = self._liveness.silent([0])
+        return silent, f"this rank waited for the coordinator's {_responses(in_flight)}"
+
+    def awaited(self, in_flight, shutdown_sent):
+        """Return the ranks this rank's engine waits for, and what for (for an error)."""
+        if shutdown_sent and not in_flight:
+            return [0], f"the coordinator's {_responses(in_flight)}"
+        return _awaited([0], in_flight)
+
+
+def _awaited(ranks, names):
+    if not names:
+        return [], "in no collective"
+    return ranks, f"the negotiation of {listed(names)}"
+
+
+def _responses(in_flight):
+    """Return what a worker waits for the coordinator to answer."""
+    if in_flight:
+        return f"responses ({listed(in_flight)})"
+    return "answer to this rank's shutdown"
+
+
+def listed(names, shown=4):
+    """Return the first ``shown`` of ``names``, quoted, and how many more there are."""
+    names = list(names)
+    shown_names = ", ".join(repr(name) for name in names[:shown])
+    return f"{shown_names} and {len(names) - shown} more" if len(names) > shown else shown_names

@@ -1,0 +1,264 @@
+"""Negotiation across 1-4 ranks' engines in one process, on in-memory channels (no mpirun).
+
+Each rank's engine is ringtrain's own; only the wire is in memory (``tests/in_memory.py``).
+Each rank has its own data, and every result is compared with NumPy's.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from in_memory import on_every_rank, shut_down, start_engines
+
+from ringtrain.engine import messages
+from ringtrain.errors import (
+    CollectiveTimeoutError,
+    EngineStoppedError,
+    MismatchError,
+    RingtrainError,
+    StallError,
+)
+from ringtrain.ops import ReduceOp
+
+SIZES = [1, 2, 3, 4]
+LENGTHS = [0, 1, 7, 1000]
+
+
+def _allreduce_meta(name, array, op=ReduceOp.Sum):
+    return messages.Meta(name, messages.ALLREDUCE, array.dtype.name, array.shape, op=int(op))
+
+
+def _run(engine, meta, array):
+    return engine.wait(engine.submit(meta, array).handle)
+
+
+def _data(rank, length, dtype=np.float32):
+    rng = np.random.default_rng(100 + rank)
+    return rng.standard_normal(length).astype(dtype)
+
+
+@pytest.fixture
+def started():
+    """Start engines with ``started(size, **settings)``; shut every one down at the end."""
+    made = []
+
+    def start(size, **settings):
+        fabric, engines = start_engines(size, **settings)
+        made.append(engines)
+        return fabric, engines
+
+    yield start
+    for engines in made:
+        shut_down(engines)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize(
+    "op", [ReduceOp.Sum, ReduceOp.Average, ReduceOp.Min, ReduceOp.Max, ReduceOp.Product]
+)
+def test_allreduce_equals_numpy_on_every_rank(started, size, op):
+    _, engines = started(size)
+    reduce = {
+        ReduceOp.Sum: np.sum,
+        ReduceOp.Average: np.mean,
+        ReduceOp.Min: np.min,
+        ReduceOp.Max: np.max,
+        ReduceOp.Product: np.prod,
+    }[op]
+
+    def work(rank, engine):
+        return [
+            _run(engine, _allreduce_meta(f"t{n}", _data(rank, n), op), _data(rank, n))
+            for n in LENGTHS
+        ]
+
+    outcomes = on_every_rank(engines, work)
+    for n, *results in zip(LENGTHS, *outcomes, strict=True):
+        expected = reduce(np.stack([_data(r, n) for r in range(size)]), axis=0)
+        for result in results:
+            np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(result, results[0])  # the same bits on every rank
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_tensors_submitted_in_a_different_order_on_each_rank_all_complete(started, size):
+    """Ranks hand over a step's tensors in their own orders; the second step sends cache ids."""
+    fabric, engines = started(size, fusion_threshold=4096)
+    lengths = [(7 * i) % 50 for i in range(40)]
+
+    def step(rank, engine):
+        order = np.random.default_rng(rank).permutation(len(lengths))
+        requests = {
+            i: engine.submit(
+                _allreduce_meta(f"g{i}", _data(rank + i, lengths[i])), _data(rank + i, lengths[i])
+            )
+            for i in order
+        }
+        return {i: engine.wait(request.handle) for i, request in requests.items()}
+
+    for _ in range(2):
+        outcomes = on_every_rank(engines, step)
+        for i, n in enumerate(lengths):
+            expected = sum(_data(r + i, n) for r in range(size))
+            for results in outcomes:
+                np.testing.assert_allclose(results[i], expected, rtol=1e-5, atol=1e-6)
+    if size > 1:
+        # Rank 0's own submissions never cross the channel; the others' second step does.
+        second = [entries for source, entries in fabric.submitted if entries][-(size - 1) :]
+        assert all(all(isinstance(e, int) for e in entries) for entries in second), second
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_allgather_broadcast_alltoall_and_reducescatter_equal_numpy(started, size):
+    _, engines = started(size)
+
+    def work(rank, engine):
+        rows = np.arange(rank + 1, dtype=np.int64) * 10 + rank  # uneven: rank + 1 rows
+        gathered = _run(
+            engine, messages.Meta("gather", messages.ALLGATHER, "int64", rows.shape), rows
+        )
+        sent = _data(rank, 5)
+        meta = messages.Meta("bcast", messages.BROADCAST, "float32", (5,), root=size - 1)
+        broadcast = _run(engine, meta, sent)
+        splits = tuple(range(size))  # rank r gets r rows from every rank
+        out = np.full(sum(splits), rank, np.int32)
+        meta = messages.Meta("a2a", messages.ALLTOALL, "int32", out.shape, splits=splits)
+        exchanged = _run(engine, meta, out)
+        matrix = _data(rank, size * 3).reshape(size, 3)
+        meta = messages.Meta("rs", messages.REDUCESCATTER, "float32", matrix.shape)
+        scattered = _run(engine, meta, matrix)
+        return gathered, broadcast, exchanged, scattered
+
+    outcomes = on_every_rank(engines, work)
+    matrices = sum(_data(r, size * 3).reshape(size, 3) for r in range(size))
+    for rank, (gathered, broadcast, exchanged, scattered) in enumerate(outcomes):
+        expected = np.concatenate([np.arange(r + 1) * 10 + r for r in range(size)])
+        np.testing.assert_array_equal(gathered, expected)
+        np.testing.assert_array_equal(broadcast, _data(size - 1, 5))
+        np.testing.assert_array_equal(exchanged, np.repeat(np.arange(size), rank))
+        np.testing.assert_allclose(scattered, matrices[rank : rank + 1], rtol=1e-5)
+
+
+def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started):
+    _, engines = started(3)
+
+    def work(rank, engine):
+        array = np.ones(4 if rank == 1 else 3, np.float32)
+        return _run(engine, _allreduce_meta("w", array), array)
+
+    outcomes = on_every_rank(engines, work)
+    for err in outcomes:
+        assert isinstance(err, MismatchError), err
+        assert "shape differs across ranks (rank 0: (3,), rank 1: (4,), rank 2: (3,))" in str(err)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_stalled_tensor_fails_where_submitted_and_the_late_submission_fails_too(started, size):
+    _, engines = started(size, stall_check_seconds=0.0, stall_shutdown_seconds=0.5)
+    x = np.ones(3, np.float32)
+    last = size - 1
+
+    def work(rank, engine):
+        if rank == last:
+            return None  # never submits "x" in this round
+        return _run(engine, _allreduce_meta("x", x), x)
+
+    outcomes = on_every_rank(engines, work)
+    for err in outcomes[:last]:
+        assert isinstance(err, StallError), err
+        assert "'x'" in str(err) and f"[{last}]" in str(err), err
+    late = f"rank {last} submitted it after the stall shutdown"
+    with pytest.raises(StallError, match=late):
+        _run(engines[last], _allreduce_meta("x", x), x)
+    # The name starts afresh: the next round completes on every rank.
+    outcomes = on_every_rank(engines, lambda r, e: _run(e, _allreduce_meta("x", x), x))
+    for result in outcomes:
+        np.testing.assert_array_equal(result, size * x)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_unnamed_calls_that_drift_apart_fail_naming_each_ranks_call(started, size):
+    _, engines = started(size, unnamed_drift_seconds=0.3)
+    x = np.ones(2, np.float32)
+
+    def work(rank, engine):
+        name = messages.unnamed_name(messages.ALLREDUCE, f"train.py:{10 + rank % 2}", 0)
+        return _run(engine, _allreduce_meta(name, x), x)
+
+    outcomes = on_every_rank(engines, work)
+    for err in outcomes:
+        assert isinstance(err, MismatchError), err
+        for rank in range(size):
+            assert f"rank {rank} at allreduce #0 at train.py:{10 + rank % 2}" in str(err), err
+
+
+def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started):
+    _, engines = started(2)
+    a, b = np.full(2, 1.0, np.float32), np.full(2, 2.0, np.float32)
+    withdrawn = threading.Event()
+
+    def work(rank, engine):
+        request_a = engine.submit(_allreduce_meta("a", a), a)
+        if rank == 0:
+            request_b = engine.submit(_allreduce_meta("b", b), b)
+            time.sleep(0.2)  # "b" reaches the coordinator, which waits for rank 1's
+            engine.withdraw([request_b.handle])
+            with pytest.raises(RingtrainError, match="'b' was withdrawn"):
+                engine.wait(request_b.handle)
+            withdrawn.set()
+        result_a = engine.wait(request_a.handle)
+        assert withdrawn.wait(10.0)  # rank 1 submits "b" once rank 0's first is withdrawn
+        return result_a, _run(engine, _allreduce_meta("b", b), b)
+
+    for result_a, result_b in on_every_rank(engines, work):
+        np.testing.assert_array_equal(result_a, 2 * a)
+        np.testing.assert_array_equal(result_b, 2 * b)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_that_joined_contribute_nothing_and_learn_who_joined_last(started, size):
+    _, engines = started(size)
+    join = messages.Meta(messages.JOIN_NAME, messages.JOIN, "uint8", ())
+
+    def work(rank, engine):
+        results = []
+        if rank == 0:
+            for step in range(3):
+                x = _data(step, 4)
+                results.append(_run(engine, _allreduce_meta(f"s{step}", x, ReduceOp.Average), x))
+        return results, _run(engine, join, None)
+
+    outcomes = on_every_rank(engines, work)
+    for step, result in enumerate(outcomes[0][0]):
+        np.testing.assert_allclose(result, _data(step, 4), rtol=1e-6)  # rank 0's own
+    assert [last for _, last in outcomes] == [0] * size
+
+
+def test_a_shutdown_by_one_rank_fails_what_the_others_wait_for(started):
+    _, engines = started(2)
+    y = np.ones(2, np.float32)
+    request = engines[0].submit(_allreduce_meta("y", y), y)
+    engines[1].shutdown()
+    with pytest.raises(EngineStoppedError, match="rank 1 shut ringtrain down"):
+        engines[0].wait(request.handle)
+
+
+def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started):
+    fabric, engines = started(3, collective_timeout=1.0)
+    fabric.cut(2)
+    x = np.ones(2, np.float32)
+
+    def work(rank, engine):
+        if rank < 2:
+            return _run(engine, _allreduce_meta("x", x), x)
+        return None
+
+    outcomes = on_every_rank(engines, work, timeout=30.0)
+    for err in outcomes[:2]:
+        assert isinstance(err, CollectiveTimeoutError), err
+        assert "rank 2 on memory2" in str(err), err
+    end = time.monotonic() + 10.0
+    while {r for r, _ in fabric.aborted} != {0, 1} and time.monotonic() < end:
+        time.sleep(0.05)
+    assert {r for r, _ in fabric.aborted} == {0, 1}, fabric.aborted
