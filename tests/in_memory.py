@@ -27,7 +27,7 @@ from ringtrain.transport.adasum import adasum
 from ringtrain.transport.local import copy_scaled
 from ringtrain.transport.progress import Waiter
 
-_REQUEST, _RESPONSE, _LOST, _DATA = "request", "response", "lost", "data"
+_REQUEST, _RESPONSE, _COUNTS, _LOST, _DATA = "request", "response", "counts", "lost", "data"
 
 
 class Fabric:
@@ -94,6 +94,18 @@ class MemoryChannel:
         """Return the wire forms of every response that has reached this rank, in order."""
         return _drained(self._fabric, _RESPONSE, 0, self.rank)
 
+    def send_counts(self, parent, pairs) -> None:
+        """Send ``pairs`` (cache id, count) to ``parent`` in the agreement tree."""
+        self._fabric.post(_COUNTS, self.rank, parent, pickle.dumps(pairs))
+
+    def counts(self):
+        """Return (child, pairs) for every message of counts that has reached this rank."""
+        return [
+            (source, pairs)
+            for source in range(self.size)
+            for pairs in _drained(self._fabric, _COUNTS, source, self.rank)
+        ]
+
     def tell_lost(self, notice, ranks) -> list:
         """Send ``notice`` to each of ``ranks``; return the sends (complete at once here)."""
         payload = pickle.dumps(notice)
@@ -105,21 +117,31 @@ class MemoryChannel:
         """Return the notices of lost peers that other ranks have sent this one."""
         return [n for s in range(self.size) for n in _drained(self._fabric, _LOST, s, self.rank)]
 
-    def finish(self, last) -> None:
-        """Send the coordinator ``last``; on the coordinator, drain until every rank's came."""
+    def finish(self, last, parent, children) -> None:
+        """Send ``last`` after all else, to rank 0 and to ``parent``; drain until all came.
+
+        Rank 0 drains submissions until every rank's ``last``; each rank drains counts
+        until each of its ``children``'s.
+        """
+        if parent is not None:
+            self.send_counts(parent, last)
         if self.rank != 0:
             self.submit(last)
-            return
-        waiting = set(range(1, self.size))
+        else:
+            self._drain(_REQUEST, range(1, self.size), last)
+        self._drain(_COUNTS, children, last)
+
+    def _drain(self, kind, sources, last) -> None:
+        waiting = set(sources)
 
         def every_last_in():
             for source in list(waiting):
-                payload = self._fabric.take(_REQUEST, source, 0)
+                payload = self._fabric.take(kind, source, self.rank)
                 while payload is not None:
                     if pickle.loads(payload) == last:
                         waiting.discard(source)
                         break
-                    payload = self._fabric.take(_REQUEST, source, 0)
+                    payload = self._fabric.take(kind, source, self.rank)
             return not waiting
 
         what = "the engine's shutdown (each rank's last control message)"

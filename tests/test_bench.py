@@ -127,15 +127,16 @@ def test_negotiation_benchmark_counts_what_crosses_rank_0_on_both_paths(tmp_path
     assert bench_main([*argv, "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert [(r["ranks"], r["path"]) for r in rows] == [
-        (n, path) for n in (2, 16, 32) for path in ("ids", "metas")
+        (n, path) for n in (2, 16, 32) for path in ("tree", "metas")
     ]
     for row in rows:
-        assert row["messages"] == 2 * (row["ranks"] - 1) and row["cpu_us"] > 0
+        children = min(2, row["ranks"] - 1) if row["path"] == "tree" else row["ranks"] - 1
+        assert row["messages"] == children + row["ranks"] - 1 and row["cpu_us"] > 0
     by = {(r["ranks"], r["path"]): r["bytes"] for r in rows}
-    # A cache id is an int where a meta is a named tuple: the cached path sends less.
-    assert all(by[n, "ids"] < by[n, "metas"] for n in (2, 16, 32))
+    # Counts come from two children only, where every rank sends its metas whole.
+    assert all(by[n, "tree"] < by[n, "metas"] for n in (2, 16, 32))
     printed = capsys.readouterr().out
-    assert "ids: rank 0's CPU at 32 ranks is" in printed and "may grow 1x at most" in printed
+    assert "tree: rank 0's CPU at 32 ranks is" in printed and "may grow 1x at most" in printed
     with pytest.raises(SystemExit):
         bench_main(["negotiation", "--ranks", "1,16"])
     assert "rank counts '1,16': expected whole numbers of at least 2" in capsys.readouterr().err

@@ -38,6 +38,31 @@ def _data(rank, length, dtype=np.float32):
     return rng.standard_normal(length).astype(dtype)
 
 
+def _warm(fabric, engines, names, cached, length=3, op=ReduceOp.Sum):
+    """Run each of ``names`` twice on every rank if ``cached``: whole, then counted by id.
+
+    As allreduces of ``length`` float32 by ``op``: the metas that the test goes on with.
+    """
+    if not cached:
+        return
+    ones = np.ones(length, np.float32)
+    expected = ones if op == ReduceOp.Average else ones * len(engines)
+
+    def work(rank, engine):
+        for name in names:
+            np.testing.assert_array_equal(
+                _run(engine, _allreduce_meta(name, ones, op), ones), expected
+            )
+
+    assert on_every_rank(engines, work) == [None] * len(engines)
+    whole = len([entries for _, entries in fabric.submitted if entries])
+    assert on_every_rank(engines, work) == [None] * len(engines)
+    assert len([entries for _, entries in fabric.submitted if entries]) == whole  # counted
+
+
+CACHED = pytest.mark.parametrize("cached", [False, True], ids=["whole", "cached"])
+
+
 @pytest.fixture
 def started():
     """Start engines with ``started(size, **settings)``; shut every one down at the end."""
@@ -83,30 +108,30 @@ def test_allreduce_equals_numpy_on_every_rank(started, size, op):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_tensors_submitted_in_a_different_order_on_each_rank_all_complete(started, size):
-    """Ranks hand over a step's tensors in their own orders; the second step sends cache ids."""
+    """Ranks hand over a step's tensors in their own orders; later steps skip rank 0."""
     fabric, engines = started(size, fusion_threshold=4096)
     lengths = [(7 * i) % 50 for i in range(40)]
 
     def step(rank, engine):
         order = np.random.default_rng(rank).permutation(len(lengths))
         requests = {
-            i: engine.submit(
-                _allreduce_meta(f"g{i}", _data(rank + i, lengths[i])), _data(rank + i, lengths[i])
-            )
-            for i in order
+            i: engine.submit(_allreduce_meta(f"g{i}", _data(rank + i, n)), _data(rank + i, n))
+            for i, n in ((i, lengths[i]) for i in order)
         }
         return {i: engine.wait(request.handle) for i, request in requests.items()}
 
-    for _ in range(2):
+    for repeat in range(3):
         outcomes = on_every_rank(engines, step)
         for i, n in enumerate(lengths):
             expected = sum(_data(r + i, n) for r in range(size))
             for results in outcomes:
                 np.testing.assert_allclose(results[i], expected, rtol=1e-5, atol=1e-6)
-    if size > 1:
-        # Rank 0's own submissions never cross the channel; the others' second step does.
-        second = [entries for source, entries in fabric.submitted if entries][-(size - 1) :]
-        assert all(all(isinstance(e, int) for e in entries) for entries in second), second
+        sent_whole = [entries for _, entries in fabric.submitted if entries]  # not heartbeats
+        if repeat == 0:
+            first = len(sent_whole)
+            assert first >= size - 1  # every other rank sent its metas whole
+        else:  # the repeats are counted up the tree: nothing more reaches rank 0
+            assert len(sent_whole) == first, sent_whole[first:]
 
 
 @pytest.mark.parametrize("size", [2, 3, 4])
@@ -140,8 +165,10 @@ def test_allgather_broadcast_alltoall_and_reducescatter_equal_numpy(started, siz
         np.testing.assert_allclose(scattered, matrices[rank : rank + 1], rtol=1e-5)
 
 
-def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started):
-    _, engines = started(3)
+@CACHED
+def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started, cached):
+    fabric, engines = started(3)
+    _warm(fabric, engines, ["w"], cached)  # then rank 1 changes its shape, the others count theirs
 
     def work(rank, engine):
         array = np.ones(4 if rank == 1 else 3, np.float32)
@@ -153,9 +180,14 @@ def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started):
         assert "shape differs across ranks (rank 0: (3,), rank 1: (4,), rank 2: (3,))" in str(err)
 
 
+@CACHED
 @pytest.mark.parametrize("size", [2, 3, 4])
-def test_a_stalled_tensor_fails_where_submitted_and_the_late_submission_fails_too(started, size):
-    _, engines = started(size, stall_check_seconds=0.0, stall_shutdown_seconds=0.5)
+def test_a_stalled_tensor_fails_where_submitted_and_the_late_submission_fails_too(
+    started, size, cached
+):
+    """Counted submissions that wait are sent whole after ``SUSPECT_SECONDS``, then stall."""
+    fabric, engines = started(size, stall_check_seconds=0.0, stall_shutdown_seconds=0.5)
+    _warm(fabric, engines, ["x"], cached)
     x = np.ones(3, np.float32)
     last = size - 1
 
@@ -193,8 +225,10 @@ def test_unnamed_calls_that_drift_apart_fail_naming_each_ranks_call(started, siz
             assert f"rank {rank} at allreduce #0 at train.py:{10 + rank % 2}" in str(err), err
 
 
-def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started):
-    _, engines = started(2)
+@CACHED
+def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started, cached):
+    fabric, engines = started(2)
+    _warm(fabric, engines, ["a", "b"], cached, length=2)
     a, b = np.full(2, 1.0, np.float32), np.full(2, 2.0, np.float32)
     withdrawn = threading.Event()
 
@@ -216,9 +250,11 @@ def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started)
         np.testing.assert_array_equal(result_b, 2 * b)
 
 
+@CACHED
 @pytest.mark.parametrize("size", [2, 3])
-def test_ranks_that_joined_contribute_nothing_and_learn_who_joined_last(started, size):
-    _, engines = started(size)
+def test_ranks_that_joined_contribute_nothing_and_learn_who_joined_last(started, size, cached):
+    fabric, engines = started(size)
+    _warm(fabric, engines, ["s0", "s1", "s2"], cached, length=4, op=ReduceOp.Average)
     join = messages.Meta(messages.JOIN_NAME, messages.JOIN, "uint8", ())
 
     def work(rank, engine):
@@ -244,8 +280,10 @@ def test_a_shutdown_by_one_rank_fails_what_the_others_wait_for(started):
         engines[0].wait(request.handle)
 
 
-def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started):
+@CACHED
+def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started, cached):
     fabric, engines = started(3, collective_timeout=1.0)
+    _warm(fabric, engines, ["x"], cached, length=2)
     fabric.cut(2)
     x = np.ones(2, np.float32)
 
@@ -262,3 +300,31 @@ def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started):
     while {r for r, _ in fabric.aborted} != {0, 1} and time.monotonic() < end:
         time.sleep(0.05)
     assert {r for r, _ in fabric.aborted} == {0, 1}, fabric.aborted
+
+
+def test_counted_submissions_that_wait_long_for_a_slow_rank_still_complete_then_cache_again(
+    started,
+):
+    """Past the suspect time they go to rank 0 whole; the name is cached again after."""
+    fabric, engines = started(3, collective_timeout=2.0)  # suspects after 1 s
+    _warm(fabric, engines, ["late"], True)
+    ones = np.ones(3, np.float32)
+
+    def whole():
+        return len([entries for _, entries in fabric.submitted if entries])
+
+    def work(rank, engine):
+        if rank == 2:
+            time.sleep(2.5)  # the others' counted submissions are suspected meanwhile
+        return _run(engine, _allreduce_meta("late", ones), ones)
+
+    before = whole()
+    for result in on_every_rank(engines, work):
+        np.testing.assert_array_equal(result, 3 * ones)
+    after = whole()
+    assert after > before  # rank 1's suspect and resend, rank 2's whole submission
+    for _ in range(2):  # that round gave "late" a new id: the next ones are counted
+        outcomes = on_every_rank(engines, lambda r, e: _run(e, _allreduce_meta("late", ones), ones))
+        for result in outcomes:
+            np.testing.assert_array_equal(result, 3 * ones)
+    assert whole() == after

@@ -67,11 +67,11 @@ def test_decided_says_whether_responses_has_anything():
         (1, [_ar("a")]),  # ready
         (0, [_ar("b", shape=(2,))]),
         (1, [_ar("b", shape=(3,))]),  # ready, as a mismatch
-        (0, [join]),
+        (0, [join]),  # a join evicts every cache id: "a" has one
         (1, [join]),  # every rank joined
         (1, [messages.SHUTDOWN_REQUEST]),
     ]
-    expected = [False, True, False, True, False, True, True]
+    expected = [False, True, False, True, True, True, True]
     assert not coord.decided() and coord.responses() == []
     for (rank, entries), decided in zip(steps, expected, strict=True):
         coord.add(rank, entries)
@@ -150,16 +150,49 @@ def test_allgather_first_dimension_may_differ_but_not_the_rest():
     assert "trailing_shape differs" in coord.responses()[0].error
 
 
-def test_cache_ids_stand_for_metas_after_first_negotiation():
-    coord, _ = _coordinator(2)
-    coord.add(0, [_ar("a")])
-    coord.add(1, [_ar("a")])
+def _cached(coord, name, meta_of=_ar, size=2):
+    """Negotiate ``name`` whole on every rank of ``size``; return the cache id it gets."""
+    for rank in range(size):
+        coord.add(rank, [meta_of(name)])
     (response,) = coord.responses()
-    ident = response.cache_ids["a"][0]
-    assert response.cache_ids["a"] == [ident, ident]
-    coord.add(0, [ident])
-    coord.add(1, [_ar("a", shape=(9,))])  # rank 1 changed its mind: still detected
-    assert "shape differs" in coord.responses()[0].error
+    return response.cache_ids[name]
+
+
+def test_a_cached_name_runs_once_per_round_that_every_rank_counted():
+    coord, _ = _coordinator(2)
+    ident = _cached(coord, "a")
+    assert not coord.decided()
+    coord.agree([(ident, 1)])
+    (response,) = coord.responses()
+    assert response.kind == messages.ALLREDUCE and response.names == ["a"]
+    assert response.cache_ids == {}  # the id stands already
+    coord.agree([(ident, 2)])
+    assert coord.responses()[0].names == ["a"]
+    assert not coord.pending()  # counted rounds never wait in the table
+
+
+def test_a_meta_sent_whole_while_cached_evicts_the_id_and_is_checked():
+    coord, _ = _coordinator(2)
+    ident = _cached(coord, "a")
+    coord.add(1, [_ar("a", shape=(9,))])  # rank 1 changed its mind; rank 0 counted its "a"
+    (evicted,) = coord.responses()
+    assert evicted.kind == messages.EVICTED and evicted.cache_ids == {"a": ident}
+    coord.agree([(ident, 1)])  # a count of the evicted id, come late: void
+    assert coord.responses() == []
+    coord.add(0, [_ar("a")])  # rank 0 sends its counted one whole, as the eviction asks
+    assert "shape differs across ranks (rank 0: (4,), rank 1: (9,))" in coord.responses()[0].error
+
+
+def test_ids_go_only_to_kinds_every_rank_agrees_on_whole_and_up_to_the_capacity():
+    coord, _ = _coordinator(2, capacity=2)
+    gathered = Meta(name="g", kind=messages.ALLGATHER, dtype="int32", shape=(3,))
+    coord.add(0, [gathered])
+    coord.add(1, [gathered._replace(shape=(5,))])
+    assert coord.responses()[0].cache_ids == {}  # an allgather's ranks differ in rows
+    assert _cached(coord, "a") != _cached(coord, "b")
+    coord.add(0, [_ar("c")])
+    coord.add(1, [_ar("c")])
+    assert coord.responses()[0].cache_ids == {}  # full
 
 
 def test_cache_capacity_zero_assigns_no_ids():
@@ -311,22 +344,61 @@ def test_a_late_submission_of_a_stalled_name_fails_on_its_rank_only():
     assert not coord.pending() and coord.responses() == []
 
 
-def test_a_late_submission_by_cache_id_fails_too():
+def test_a_suspected_cached_name_is_evicted_then_stalls_and_fails_late_as_any():
     coord, clock = _coordinator(2, warn=0.0, shutdown=5.0)
-    coord.add(0, [_ar("c")])
-    coord.add(1, [_ar("c")])
-    (response,) = coord.responses()
-    ident = response.cache_ids["c"][1]
-    coord.add(0, [ident])
+    ident = _cached(coord, "c")
+    coord.add(0, [messages.Suspect("c", 1)])  # rank 0's counted "c" has waited
+    (evicted,) = coord.responses()
+    assert evicted.kind == messages.EVICTED and evicted.cache_ids == {"c": ident}
+    coord.add(0, [_ar("c")])  # sent whole again
     clock.now = 5.0
     _, (failed,) = coord.check_stalls()
     assert failed.ranks == (0,)
-    coord.add(1, [ident])
+    coord.add(1, [_ar("c")])
     (late,) = coord.responses()
     assert late.kind == messages.STALLED and late.ranks == (1,)
-    coord.add(0, [ident])
-    coord.add(1, [ident])
+    coord.add(0, [_ar("c")])
+    coord.add(1, [_ar("c")])
     assert coord.responses()[0].kind == messages.ALLREDUCE
+
+
+def test_a_suspect_or_withdrawal_of_a_round_already_agreed_changes_nothing():
+    coord, _ = _coordinator(2)
+    ident = _cached(coord, "a")
+    coord.agree([(ident, 1)])
+    assert coord.responses()[0].names == ["a"]
+    coord.add(1, [messages.Suspect("a", 1), messages.Withdrawal("a", 1)])
+    assert not coord.decided()  # it ran: the withdrawing rank takes its result as usual
+    coord.agree([(ident, 2)])
+    assert coord.responses()[0].names == ["a"]  # the id still stands
+
+
+def test_withdrawing_a_counted_round_evicts_the_id_and_confirms_to_that_rank():
+    coord, _ = _coordinator(3)
+    ident = _cached(coord, "a", size=3)
+    coord.add(2, [messages.Withdrawal("a", 1)])
+    evicted, withdrawn = coord.responses()
+    assert evicted.kind == messages.EVICTED and evicted.cache_ids == {"a": ident}
+    assert withdrawn.kind == messages.WITHDRAWN and withdrawn.withdrawn_by == 2
+    coord.add(0, [_ar("a")])  # the others send theirs whole; rank 2's next pairs with them
+    coord.add(1, [_ar("a")])
+    assert coord.awaited() == (["a"], [2])
+    coord.add(2, [_ar("a")])
+    assert coord.responses()[0].names == ["a"]
+
+
+def test_a_join_evicts_every_id_and_none_is_given_until_the_join_completes():
+    coord, _ = _coordinator(2)
+    ident = _cached(coord, "a")
+    join = Meta(name=messages.JOIN_NAME, kind=messages.JOIN, dtype="uint8", shape=())
+    coord.add(1, [join])
+    (evicted,) = coord.responses()
+    assert evicted.cache_ids == {"a": ident}
+    coord.add(0, [_ar("b")])
+    assert coord.responses()[0].cache_ids == {}
+    coord.add(0, [join])
+    assert coord.responses()[0].kind == messages.JOIN
+    assert _cached(coord, "c") is not None
 
 
 def test_joined_ranks_are_not_missing_and_owe_no_late_submission():
@@ -359,7 +431,7 @@ def test_responses_survive_the_wire_with_every_field():
         per_rank=[[meta, None]],
         joined=(1,),
         error="tensor 'w': dtype differs",
-        cache_ids={"w": [4, None]},
+        cache_ids={"w": 4},
         last_joined=1,
         withdrawn_by=1,
         ranks=(0, 1),

@@ -1,8 +1,9 @@
 """The background engine: one thread per rank that runs ringtrain's collectives.
 
 Each rank's thread sends its new submissions to the coordinator (rank 0) as small pickled
-metas (never tensor data) over the control channel (``transport.control``). Rank 0 matches
-them across ranks and sends every rank the same ordered list of responses, which each rank
+metas (never tensor data) over the control channel (``transport.control``), or counts those
+that every rank has run before under their cache ids (``agreement``). Rank 0 matches them
+across ranks and sends every rank the same ordered list of responses, which each rank
 plans (``planner``) and runs (``executor``) through its transport (``transport.router``):
 the engine makes no MPI call of its own. The thread sleeps between checks, but a local
 submission wakes it at once, so latency is not rounded up to the cycle time.
@@ -20,6 +21,7 @@ import traceback
 from ringtrain.buffers import BufferPool
 from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
+from ringtrain.engine.agreement import CountTree
 from ringtrain.engine.executor import Executor
 from ringtrain.engine.handle import Request
 from ringtrain.engine.liveness import Liveness, PeerWatch
@@ -37,6 +39,10 @@ from ringtrain.errors import (
 )
 from ringtrain.transport.control import ControlChannel
 from ringtrain.transport.router import Transport
+
+# A submission counted through the agreement tree that has waited this long goes to rank 0
+# whole (``Engine._suspect_late``); at most half the collective timeout.
+SUSPECT_SECONDS = 2.0
 
 
 class Engine:
@@ -59,6 +65,8 @@ class Engine:
         # The timeout that the transport agreed on (rank 0's): every rank beats alike.
         liveness = Liveness(transport.waiter.timeout, self.size, clock)
         self._liveness = liveness
+        self._clock = clock
+        tree = CountTree(self.rank, self.size)
         if self.rank == 0:
             stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)
             coordinator = Coordinator(
@@ -69,9 +77,9 @@ class Engine:
                 settings.unnamed_drift_seconds,
                 clock,
             )
-            self._side = CoordinatorSide(coordinator, channel, liveness, self.rank, clock)
+            self._side = CoordinatorSide(coordinator, channel, liveness, tree, clock)
         else:
-            self._side = WorkerSide(channel, liveness)
+            self._side = WorkerSide(channel, liveness, tree)
         self._watch = PeerWatch(liveness, self._side, channel, transport.waiter, topology)
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
@@ -81,6 +89,13 @@ class Engine:
         self._withdrawals: list[str] = []  # names to take back from the coordinator
         self._inflight: dict[str, Request] = {}
         self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
+        # Submissions counted under their cache ids and not run yet: name -> (round, when).
+        self._counted: dict[str, tuple[int, float]] = {}
+        self._withdrawing: set[str] = set()  # names whose withdrawal has gone, unanswered
+        self._next_suspect_check = 0.0
+        # How long a counted submission waits before this rank suspects it (``_suspect_late``).
+        timeout = liveness.timeout
+        self._suspect_seconds = min(SUSPECT_SECONDS, timeout / 2) if timeout else SUSPECT_SECONDS
         self._stop_error: BaseException | None = None
         self._shutdown_asked = False
         self._shutdown_sent = False  # this rank has asked the coordinator to stop every engine
@@ -257,19 +272,57 @@ class Engine:
             if response.kind == messages.DRIFTED:
                 self._fail_listed(response, MismatchError)
                 continue
+            if response.kind == messages.EVICTED:
+                self._evict(response)
+                continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
-                self._control.finish(messages.FINISHED)
+                self._side.finish(messages.FINISHED)
                 self._stopped = True
                 return True
             self._execute(response)
             self._liveness.heard_all()  # every rank took part in it
+        if self._counted:
+            self._suspect_late()
         return active or bool(responses)
 
-    def _cached(self, meta):
-        """Return the cache id standing for ``meta``, or ``meta`` itself if it has none."""
-        cached = self._cache.get(meta.name)
-        return cached[1] if cached is not None and cached[0] == meta else meta
+    def _suspect_late(self):
+        """Tell rank 0 of counted submissions that have waited ``_suspect_seconds``.
+
+        Rank 0 then evicts their ids, and every rank sends its submissions of them whole:
+        a rank that never submits one is named by the stall check, a silent one by the
+        silence check, as for any tensor sent whole.
+        """
+        now = self._clock()
+        if now < self._next_suspect_check:
+            return
+        self._next_suspect_check = now + self._suspect_seconds / 4
+        late = self._suspect_seconds
+        suspects = [
+            messages.Suspect(name, round_)
+            for name, (round_, counted_at) in self._counted.items()
+            if now - counted_at > late
+        ]
+        if suspects:
+            self._side.send(suspects)
+
+    def _evict(self, response):
+        """Forget the evicted cache ids; send this rank's submissions counted under them whole.
+
+        Not those whose withdrawal has gone: rank 0 answers those.
+        """
+        resend = []
+        for name, ident in response.cache_ids.items():
+            cached = self._cache.get(name)
+            if cached is not None and cached[1] == ident:
+                del self._cache[name]
+            self._side.forget(ident)
+            if self._counted.pop(name, None) is not None and name not in self._withdrawing:
+                request = self._inflight.get(name)
+                if request is not None:
+                    resend.append(request.meta)
+        if resend:
+            self._side.send(resend)
 
     def _send_submissions(self) -> bool:
         if not self._outbox and not self._shutdown_asked and not self._withdrawals:
@@ -280,8 +333,22 @@ class Engine:
             withdrawals, self._withdrawals = self._withdrawals, []
         # Withdrawals first: each takes back a submission sent earlier, and must not take back
         # a new one of the same name, made once the withdrawn handle had failed or completed.
-        entries: list = [messages.Withdrawal(name) for name in withdrawals]
-        entries += [self._cached(r.meta) for r in new]
+        counted = self._counted
+        entries: list = [
+            messages.Withdrawal(name, counted[name][0] if name in counted else 0)
+            for name in withdrawals
+        ]
+        self._withdrawing.update(withdrawals)
+        cache, now = self._cache, None
+        for request in new:
+            meta = request.meta
+            cached = cache.get(meta.name)
+            if cached is not None and cached[0] == meta:  # seen before: counted, not sent
+                if now is None:
+                    now = self._clock()
+                counted[meta.name] = (self._side.count(cached[1]), now)
+            else:
+                entries.append(meta)
         if self._timeline is not None:
             sent = tl.now_ns()
             for request in new:
@@ -289,14 +356,22 @@ class Engine:
         if shutdown:
             entries.append(messages.SHUTDOWN_REQUEST)
             self._shutdown_sent = True
-        if not entries:
-            return False
-        self._side.send(entries)
-        return True
+        if entries:
+            self._side.send(entries)
+        return bool(entries) or bool(new)
+
+    def _take(self, names) -> list:
+        """Return this rank's requests of ``names`` (None where it has none), out of flight."""
+        with self._lock:
+            requests = [self._inflight.pop(name, None) for name in names]
+        if self._counted or self._withdrawing:
+            for name in names:
+                self._counted.pop(name, None)
+                self._withdrawing.discard(name)
+        return requests
 
     def _execute(self, response):
-        with self._lock:
-            requests = [self._inflight.pop(name, None) for name in response.names]
+        requests = self._take(response.names)
         received = tl.now_ns()
         timeline = self._timeline
         if timeline is not None:
@@ -311,9 +386,9 @@ class Engine:
                     request.handle.fail(MismatchError(response.error))
             return
         for request in requests if response.cache_ids else ():
-            ids = response.cache_ids.get(request.meta.name) if request is not None else None
-            if ids and ids[self.rank] is not None:
-                self._cache[request.meta.name] = (request.meta, ids[self.rank])
+            ident = response.cache_ids.get(request.meta.name) if request is not None else None
+            if ident is not None:
+                self._cache[request.meta.name] = (request.meta, ident)
         try:
             results = self._executor.run(response, requests)
         except CollectiveTimeoutError as err:
@@ -331,8 +406,7 @@ class Engine:
         """Drop this rank's requests that the coordinator confirms as withdrawn."""
         if response.withdrawn_by != self.rank:
             return
-        with self._lock:
-            requests = [self._inflight.pop(name, None) for name in response.names]
+        requests = self._take(response.names)
         for name, request in zip(response.names, requests, strict=True):
             if request is not None:
                 request.handle.fail(_withdrawn_error(name))
@@ -344,8 +418,7 @@ class Engine:
         """
         if self.rank not in response.ranks:
             return  # this rank has no such request: its next one is failed as late, by rank 0
-        with self._lock:
-            requests = [self._inflight.pop(name, None) for name in response.names]
+        requests = self._take(response.names)
         for request in requests:
             if request is not None:
                 request.handle.fail(error_class(response.error))

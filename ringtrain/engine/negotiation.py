@@ -1,6 +1,7 @@
 """The coordinator's bookkeeping (rank 0): who submitted what, and what to run next.
 
-Pure logic with no MPI: the engine feeds it each rank's submissions and ships the responses
+Pure logic with no MPI: the engine feeds it each rank's submissions, and the rounds of
+cached tensors that every rank has counted (``engine.agreement``), and ships the responses
 it returns to every rank, which run them in the same order.
 """
 
@@ -12,6 +13,9 @@ from ringtrain.engine.stall import StallInspector, describe
 from ringtrain.ops import ReduceOp
 
 _JOIN_UNSUPPORTED = (messages.ALLTOALL, messages.REDUCESCATTER)
+# Kinds whose response needs nothing of any rank's meta but the one they agree on: these
+# get cache ids, and are counted through the tree once every rank sent the same meta.
+_CACHEABLE = (messages.ALLREDUCE, messages.BROADCAST, messages.REDUCESCATTER)
 
 
 class Coordinator:
@@ -33,9 +37,13 @@ class Coordinator:
         self._ready_at: dict[str, float] = {}
         self._joined: list[int] = []
         self._shutdown_by: int | None = None
+        # The cache: id -> the meta it stands for, and name -> its id (``engine.agreement``).
         self._cache_meta: dict[int, Meta] = {}
-        self._cache_id: dict[Meta, int] = {}
-        self._uncached: dict[str, set[int]] = {}  # name -> ranks that sent a full meta
+        self._cache_id: dict[str, int] = {}
+        self._next_id = 0  # ids are never reused: a count of an evicted one stays void
+        self._agreed_rounds: dict[int, int] = {}  # id -> rounds every rank has counted
+        self._agreed: list[Meta] = []  # rounds counted by every rank, to answer
+        self._evicted: dict[str, int] = {}  # name -> id evicted since the last responses
         self._withdrawn: dict[int, list[str]] = {}  # rank -> names it took back, to confirm
         # A name failed on the ranks that had submitted it (by the stall shutdown or the drift
         # check) -> (the ranks that had not, what failed it, the response kind): each one's
@@ -57,6 +65,8 @@ class Coordinator:
         """Return True if ``responses`` has something to return."""
         return (
             bool(self._ready)
+            or bool(self._agreed)
+            or bool(self._evicted)
             or bool(self._withdrawn)
             or bool(self._late)
             or len(self._joined) == self.size
@@ -64,7 +74,7 @@ class Coordinator:
         )
 
     def add(self, rank: int, entries) -> None:
-        """Take one message of ``rank``: metas, cache ids, or the shutdown request."""
+        """Take one message of ``rank``: metas, withdrawals, suspects, or the shutdown request."""
         now = self._clock()
         for entry in entries:
             if entry == messages.SHUTDOWN_REQUEST:
@@ -72,18 +82,28 @@ class Coordinator:
                     self._shutdown_by = rank
                 continue
             if isinstance(entry, messages.Withdrawal):
-                self._withdraw(rank, entry.name)
+                if entry.round:
+                    self._withdraw_counted(rank, entry)
+                else:
+                    self._withdraw(rank, entry.name)
                 continue
-            meta = self._cache_meta[entry] if isinstance(entry, int) else entry
+            if isinstance(entry, messages.Suspect):
+                if not self._ran(entry.name, entry.round):
+                    self._evict(entry.name)
+                continue
+            meta = entry
             self._submitted_at = now
+            # Sent whole while cached: its meta changed on that rank, so the others' counted
+            # submissions of it are sent whole too, and checked against it.
+            self._evict(meta.name)
             if meta.name in self._owed and self._late_submission(rank, meta.name):
                 continue
-            if not isinstance(entry, int):
-                self._uncached.setdefault(meta.name, set()).add(rank)
             if meta.kind == messages.JOIN:
                 if rank not in self._joined:
                     self._joined.append(rank)
                     self._forgive(rank)
+                    for name in list(self._cache_id):  # counts cannot say a rank has joined
+                        self._evict(name)
                     for name in list(self._table):
                         self._note_if_ready(name, now)
                 continue
@@ -101,14 +121,50 @@ class Coordinator:
         if metas is None or rank not in metas or name in self._ready_at:
             return
         del metas[rank]
-        uncached = self._uncached.get(name)
-        if uncached is not None:
-            uncached.discard(rank)
         if not metas:
             del self._table[name]
-            self._uncached.pop(name, None)
             self.stall.done(name)
         self._withdrawn.setdefault(rank, []).append(name)
+
+    def _withdraw_counted(self, rank, withdrawal):
+        """Forget ``rank``'s counted submission unless its round has been agreed already.
+
+        A count cannot be taken back, so the name's id is evicted: every other rank sends
+        its counted submission whole, and this one's is confirmed as withdrawn.
+        """
+        if self._ran(withdrawal.name, withdrawal.round):
+            return  # it runs (or ran) on every rank, as a taken one does
+        self._evict(withdrawal.name)
+        self._withdrawn.setdefault(rank, []).append(withdrawal.name)
+
+    def _ran(self, name, round_):
+        """Return True if round ``round_`` of cached ``name`` has been agreed by every rank.
+
+        False where the name's id has been evicted: its counts are void.
+        """
+        ident = self._cache_id.get(name)
+        return ident is not None and self._agreed_rounds.get(ident, 0) >= round_
+
+    def _evict(self, name):
+        """Make ``name``'s cache id, if it has one, stand for nothing from now on."""
+        ident = self._cache_id.pop(name, None)
+        if ident is not None:
+            del self._cache_meta[ident]
+            self._agreed_rounds.pop(ident, None)
+            self._evicted[name] = ident
+
+    def agree(self, risen) -> None:
+        """Take the (id, count) pairs whose rounds every rank has now counted (``CountTree``).
+
+        Each rise is one new round of the id's name (a name's next round starts on a rank
+        only once its last has run there); an id evicted meanwhile is void.
+        """
+        for ident, count in risen:
+            meta = self._cache_meta.get(ident)
+            if meta is not None:
+                self._agreed_rounds[ident] = count
+                self._agreed.append(meta)
+                self._submitted_at = self._clock()
 
     def _late_submission(self, rank, name):
         """Return True, failing it, if this submission of ``name`` is ``rank``'s late one.
@@ -154,22 +210,35 @@ class Coordinator:
         if not self.decided():
             return []  # the engine's common empty turn: nothing to plan
         out: list[Response] = []
+        if self._evicted:  # first: the ranks resend what they counted under these ids
+            evicted, self._evicted = self._evicted, {}
+            out.append(Response(messages.EVICTED, list(evicted), cache_ids=evicted))
         allreduces = []
+        ids = {}
         for name in self._ready:
             meta = self._canonical(name)
             error = self._disagreement(name, meta)
             if error:
                 out.append(Response(meta.kind, [name], [meta], error=error))
-            elif meta.kind == messages.ALLREDUCE:
+                continue
+            ident = self._assign_id(name, meta)
+            if ident is not None:
+                ids[name] = ident
+            if meta.kind == messages.ALLREDUCE:
                 allreduces.append(meta)
             else:
-                out.append(self._response(meta.kind, [meta]))
+                out.append(self._response(meta.kind, [meta], ids))
+        for meta in self._agreed:
+            if meta.kind == messages.ALLREDUCE:
+                allreduces.append(meta)
+            else:
+                out.append(self._response(meta.kind, [meta], ids))
+        self._agreed = []
         for fused in fusion.plan(allreduces, self.fusion_threshold):
-            out.append(self._response(messages.ALLREDUCE, fused))
+            out.append(self._response(messages.ALLREDUCE, fused, ids))
         for name in self._ready:
             del self._table[name]
             del self._ready_at[name]
-            self._uncached.pop(name, None)
         self._ready = []
         if len(self._joined) == self.size:
             out.append(Response(messages.JOIN, [messages.JOIN_NAME], last_joined=self._joined[-1]))
@@ -250,12 +319,12 @@ class Coordinator:
         """
         submitted, missing = self._ranks_of(name)
         del self._table[name]
-        self._uncached.pop(name, None)
         self.stall.done(name)
         self._owed[name] = (set(missing), why, kind)
         return Response(kind, [name], error=error, ranks=tuple(submitted))
 
-    def _response(self, kind, metas):
+    def _response(self, kind, metas, ids):
+        """Return the response running ``metas``, with the new cache ids among ``ids``."""
         names = [m.name for m in metas]
         per_rank = None
         if kind in (messages.ALLGATHER, messages.ALLTOALL):
@@ -263,26 +332,27 @@ class Coordinator:
         joined = tuple(sorted(self._joined))
         if kind == messages.ALLREDUCE and not joined:
             metas = []  # every rank has its own metas; keep the steady-state message small
-        uncached = self._uncached
-        cache_ids = {}
-        for name in names if uncached else ():
-            ids = self._cache_ids(name) if name in uncached else None
-            if ids and any(ident is not None for ident in ids):  # none: nothing to tell
-                cache_ids[name] = ids
+        cache_ids = {name: ids[name] for name in names if name in ids} if ids else {}
         return Response(kind, names, metas, per_rank, joined, cache_ids=cache_ids)
 
-    def _cache_ids(self, name):
-        """Return per rank the cache id for the full meta it sent (None where it sent an id)."""
-        ids = []
-        for rank in range(self.size):
-            meta = self._table[name].get(rank) if rank in self._uncached[name] else None
-            ident = self._cache_id.get(meta) if meta is not None else None
-            if meta is not None and ident is None and len(self._cache_id) < self.cache_capacity:
-                ident = len(self._cache_id)
-                self._cache_id[meta] = ident
-                self._cache_meta[ident] = meta
-            ids.append(ident)
-        return ids
+    def _assign_id(self, name, meta):
+        """Return a new cache id for ``name``, negotiated whole, or None where it gets none.
+
+        It gets one where every rank sent the same ``meta`` of a cacheable kind, no rank has
+        joined, and the cache has room.
+        """
+        if (
+            meta.kind not in _CACHEABLE
+            or self._joined
+            or len(self._cache_meta) >= self.cache_capacity
+            or any(m != meta for m in self._table[name].values())
+        ):
+            return None
+        ident = self._next_id
+        self._next_id += 1
+        self._cache_id[name] = ident
+        self._cache_meta[ident] = meta
+        return ident
 
     def _canonical(self, name):
         metas = self._table[name]

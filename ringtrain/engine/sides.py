@@ -1,8 +1,9 @@
 """The two sides of negotiation behind one interface: the coordinator's (rank 0) and a worker's.
 
 An engine holds one side, chosen once by its rank, and never asks its rank again: the side
-hands this rank's submissions to the coordinator, returns the responses this rank must run,
-beats, and says whom this rank waits for and which of them has fallen silent.
+hands this rank's submissions to the coordinator, counts its cached ones up the agreement
+tree (``engine.agreement``), returns the responses this rank must run, beats, and says whom
+this rank waits for and which of them has fallen silent.
 """
 
 import sys
@@ -14,27 +15,63 @@ from ringtrain.engine import messages
 _CHECK_EVERY = 1.0
 
 
-class CoordinatorSide:
-    """Rank 0: its submissions go straight to the ``Coordinator``, which answers every rank."""
+class _Side:
+    """What both sides share: the tree that counts cached submissions."""
 
-    def __init__(self, coordinator, channel, liveness, rank, clock=time.monotonic):
-        self.coordinator = coordinator
+    def __init__(self, channel, liveness, tree):
         self._channel = channel
         self._liveness = liveness
-        self._rank = rank
+        self._tree = tree
+        self._finished: set[int] = set()  # children whose last counts came (``finish``)
+
+    def count(self, ident: int) -> int:
+        """Count a submission of this rank under cache id ``ident``; return its round."""
+        return self._tree.submit(ident)
+
+    def forget(self, ident: int) -> None:
+        """Drop the counts of the evicted cache id ``ident``."""
+        self._tree.forget(ident)
+
+    def finish(self, last) -> None:
+        """Leave no control message unmatched before the channel is freed (``finish``)."""
+        children = [c for c in self._tree.children if c not in self._finished]
+        self._channel.finish(last, self._tree.parent, children)
+
+    def _counted(self) -> list:
+        """Take the children's counts; return the (id, count) pairs risen in the subtree."""
+        tree = self._tree
+        if tree.children:
+            for child, pairs in self._channel.counts():
+                self._liveness.heard(child)
+                if pairs == messages.FINISHED:  # it stopped before this rank did
+                    self._finished.add(child)
+                else:
+                    tree.heard(child, pairs)
+        return tree.risen()
+
+
+class CoordinatorSide(_Side):
+    """Rank 0: its submissions go straight to the ``Coordinator``, which answers every rank."""
+
+    def __init__(self, coordinator, channel, liveness, tree, clock=time.monotonic):
+        super().__init__(channel, liveness, tree)
+        self.coordinator = coordinator
         self._clock = clock
         self._next_check = 0.0
 
     def send(self, entries) -> None:
-        """Hand this rank's ``entries`` (metas, cache ids, withdrawals...) to the coordinator."""
-        self.coordinator.add(self._rank, entries)
+        """Hand this rank's ``entries`` (metas, withdrawals...) to the coordinator."""
+        self.coordinator.add(0, entries)
 
     def receive(self) -> list:
-        """Take every rank's submissions, decide, send the responses out, and return them."""
+        """Take every rank's submissions and counts, decide, send the responses, return them."""
         coordinator = self.coordinator
         for source, entries in self._channel.submissions():
             self._liveness.heard(source)
             coordinator.add(source, entries)
+        risen = self._counted()
+        if risen:
+            coordinator.agree(risen)
         responses = coordinator.responses()
         now = self._clock()
         if now >= self._next_check:
@@ -76,22 +113,23 @@ class CoordinatorSide:
     def awaited(self, in_flight, shutdown_sent):
         """Return the ranks this rank's engine waits for, and what for (for an error)."""
         names, ranks = self.coordinator.awaited()
-        return _awaited([r for r in ranks if r != self._rank], names)
+        if not names and in_flight:  # counted up the tree: any other rank may be missing
+            return _awaited(list(range(1, self._liveness.size)), in_flight)
+        return _awaited([r for r in ranks if r != 0], names)
 
 
-class WorkerSide:
-    """Any other rank: it sends its submissions to rank 0 and runs the responses that come."""
-
-    def __init__(self, channel, liveness):
-        self._channel = channel
-        self._liveness = liveness
+class WorkerSide(_Side):
+    """Any other rank: submissions go to rank 0, counts to its parent in the tree."""
 
     def send(self, entries) -> None:
         """Send this rank's ``entries`` to the coordinator."""
         self._channel.submit(entries)
 
     def receive(self) -> list:
-        """Return the coordinator's responses that have come, in order."""
+        """Pass the subtree's risen counts up; return the coordinator's responses that came."""
+        risen = self._counted()
+        if risen:
+            self._channel.send_counts(self._tree.parent, risen)
         responses = []
         for wire in self._channel.responses():
             responses.extend(messages.from_wire(wire))

@@ -1,9 +1,10 @@
 """The engine's control channel: small pickled messages between the ranks and rank 0.
 
-Each rank sends its new submissions (metas, never tensor data) to the coordinator, rank 0;
-rank 0 sends every other rank the same ordered responses. All of it runs on a private
-duplicate of the engine's communicator, apart from the tensor data's, and every send is
-non-blocking: the engine polls for what has arrived and never waits here, except at
+Each rank sends its new submissions (metas, never tensor data) to the coordinator, rank 0,
+and the counts of its cached ones to its parent in the agreement tree
+(``engine.agreement``); rank 0 sends every other rank the same ordered responses. All of it
+runs on a private duplicate of the engine's communicator, apart from the tensor data's, and
+every send is non-blocking: the engine polls for what has arrived and never waits here, except at
 ``finish`` and ``close``, whose waits go through the transport's ``Waiter``: a peer frozen
 during shutdown fails them with an error that names it, instead of hanging. A rank that
 finds a peer lost tells every other rank on it too (``tell_lost``), rank 0 or not, before it
@@ -17,6 +18,7 @@ from mpi4py import MPI
 _TAG_REQUEST = 11
 _TAG_RESPONSE = 12
 _TAG_LOST = 13
+_TAG_COUNTS = 14
 
 
 class ControlChannel:
@@ -29,6 +31,7 @@ class ControlChannel:
         self._waiter = waiter  # ``progress.Waiter`` over ``comm``'s ranks
         self._sends: list[MPI.Request] = []
         self._status = MPI.Status()  # reused by every probe
+        self._parents: set[int] = set()  # where this rank's counts went (for ``close``)
 
     def submit(self, entries) -> None:
         """Send ``entries`` (a list of metas, cache ids, withdrawals...) to the coordinator."""
@@ -66,6 +69,25 @@ class ControlChannel:
             message = self._comm.improbe(0, _TAG_RESPONSE)
         return received
 
+    def send_counts(self, parent, pairs) -> None:
+        """Send ``pairs`` (cache id, count) to ``parent``, this rank's parent in the tree."""
+        send = self._comm.isend(pairs, parent, _TAG_COUNTS)
+        self._parents.add(parent)
+        self._settle_sends()
+        self._sends.append(send)
+
+    def counts(self):
+        """Return (child, pairs) for every message of counts that has reached this rank."""
+        comm, status = self._comm, self._status
+        message = comm.improbe(MPI.ANY_SOURCE, _TAG_COUNTS, status)
+        if message is None:
+            return ()
+        received = []
+        while message is not None:
+            received.append((status.Get_source(), message.recv()))
+            message = comm.improbe(MPI.ANY_SOURCE, _TAG_COUNTS, status)
+        return received
+
     def tell_lost(self, notice, ranks) -> list[MPI.Request]:
         """Send ``notice`` (a ``progress.LostNotice``) to each of ``ranks``; return the sends."""
         payload = pickle.dumps(notice, protocol=pickle.HIGHEST_PROTOCOL)
@@ -85,24 +107,34 @@ class ControlChannel:
         if self._sends:
             self._sends = [r for r in self._sends if not r.Test()]
 
-    def finish(self, last) -> None:
+    def finish(self, last, parent, children) -> None:
         """Leave no control message unmatched, so a freed communicator carries nothing stale.
 
         A message left in flight on a freed communicator can corrupt the next communicator
         that MPI builds with the same context id. Each rank sends the coordinator ``last``
-        after all its other messages; the coordinator drains until it has every rank's.
+        after all its other messages, and its ``parent`` in the tree likewise after its
+        counts; the coordinator drains submissions until it has every rank's, and each rank
+        drains counts until it has each of its ``children``'s.
         """
+        if parent is not None:
+            self._sends.append(self._comm.isend(last, parent, _TAG_COUNTS))
+            self._parents.add(parent)
         if self.rank != 0:
             self._sends.append(self._comm.isend(last, 0, _TAG_REQUEST))
-            return
+        else:
+            self._drain(_TAG_REQUEST, range(1, self.size), last, "each rank's last submission")
+        self._drain(_TAG_COUNTS, children, last, "its children's last counts")
+
+    def _drain(self, tag, sources, last, what) -> None:
+        """Receive ``tag`` messages until every one of ``sources`` has sent ``last``."""
         status, arrived = MPI.Status(), [None]  # the message found by the last probe
 
         def message_in():
-            arrived[0] = self._comm.improbe(MPI.ANY_SOURCE, _TAG_REQUEST, status)
+            arrived[0] = self._comm.improbe(MPI.ANY_SOURCE, tag, status)
             return arrived[0] is not None
 
-        waiting = set(range(1, self.size))
-        what = "the engine's shutdown (each rank's last control message)"
+        waiting = set(sources)
+        what = f"the engine's shutdown ({what})"
         while waiting:
             self._waiter.until(message_in, sorted(waiting), what)
             if arrived[0].recv() == last:
@@ -110,9 +142,9 @@ class ControlChannel:
 
     def close(self) -> None:
         """Wait for this rank's sends (all matched after ``finish``) and free the channel."""
-        peers = range(1, self.size) if self.rank == 0 else [0]
+        peers = set(range(1, self.size) if self.rank == 0 else [0]) | self._parents
         what = "the engine's shutdown (this rank's last control messages)"
-        self._waiter.wait_all(self._sends, list(peers), what)
+        self._waiter.wait_all(self._sends, sorted(peers), what)
         self._comm.Free()
 
     def abort(self, status: int) -> None:
