@@ -5,8 +5,8 @@ import pytest
 from ringtrain.engine.agreement import CountTree
 
 
-def _trees(size):
-    return [CountTree(rank, size) for rank in range(size)]
+def _trees(size, fan_out=2):
+    return [CountTree(rank, size, fan_out) for rank in range(size)]
 
 
 def _settle(trees):
@@ -21,13 +21,16 @@ def _settle(trees):
     return rises
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 4, 7, 16])
-def test_the_tree_spans_every_rank_once_with_two_children_at_most(size):
-    trees = _trees(size)
+@pytest.mark.parametrize("fan_out", [2, 16])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7, 16, 17, 18, 300])
+def test_the_tree_spans_every_rank_once_with_fan_out_children_at_most(size, fan_out):
+    trees = _trees(size, fan_out)
     children = [c for tree in trees for c in tree.children]
     assert sorted(children) == list(range(1, size))
     assert all(trees[c].parent == p for p, tree in enumerate(trees) for c in tree.children)
+    assert all(len(tree.children) <= fan_out for tree in trees)
     assert trees[0].parent is None
+    assert (len(trees[0].children) == size - 1) is (size <= fan_out + 1)  # flat up to there
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
@@ -43,7 +46,7 @@ def test_rank_0_sees_a_round_only_once_every_rank_counted_it(size):
 
 
 def test_counts_of_one_id_do_not_mix_with_another_and_late_ones_never_lower():
-    parent, child = CountTree(0, 2), CountTree(1, 2)
+    parent, child = CountTree(0, 2), CountTree(1, 2)  # the default fan-out
     parent.submit(1)
     parent.submit(2)
     child.submit(2)

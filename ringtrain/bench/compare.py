@@ -7,7 +7,8 @@ runs at once under ``mpirun -np N``; the jobs take turns, one batch of every cas
 On a shared machine whose speed drifts by tens of percent between runs, the median of
 those per-round ratios moves by a few percent where separate runs' medians move by tens.
 The cases are the allreduce benchmark's: a lone allreduce into ``out=`` and read-only per
-size, and a grouped allreduce of small tensors.
+size, a grouped allreduce of small tensors, and the same tensors as one ``allreduce_async``
+each (the per-tensor negotiation path).
 """
 
 import json

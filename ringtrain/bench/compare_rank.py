@@ -57,8 +57,18 @@ def _cases(sizes, small_count, small_bytes, rank):
     def grouped():
         ringtrain.synchronize(ringtrain.grouped_allreduce_async(small, op=ringtrain.Sum, name="g"))
 
+    def one_by_one():
+        handles = [
+            ringtrain.allreduce_async(t, op=ringtrain.Sum, name=f"small.{i}")
+            for i, t in enumerate(small)
+        ]
+        for handle in handles:
+            ringtrain.synchronize(handle)
+
     if small_count:
-        cases.append((f"{small_count}x{small_bytes} grouped", small_count * small_bytes, grouped))
+        total = small_count * small_bytes
+        cases.append((f"{small_count}x{small_bytes} grouped", total, grouped))
+        cases.append((f"{small_count}x{small_bytes} async", total, one_by_one))
     return cases
 
 

@@ -10,8 +10,8 @@ Two paths:
 
 - ``tree``, the steady state with ``RINGTRAIN_CACHE_CAPACITY`` above 0 (the default): a
   tensor negotiated once is counted under its cache id up the agreement tree
-  (``engine.agreement``), so rank 0 takes one message from each of its two children, not
-  one from every rank (the other ranks' counting is simulated too, untimed);
+  (``engine.agreement``), so rank 0 takes one message from each of its children (16 at
+  most), not one from every rank (the other ranks' counting is simulated too, untimed);
 - ``metas``, the cache turned off: every rank sends every meta whole to rank 0.
 
 The lines after the table give each path's growth from 16 ranks to the largest count,
