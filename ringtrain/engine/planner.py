@@ -8,6 +8,7 @@ carries plans out. The common lone host tensor skips the planning (``Executor``'
 """
 
 import dataclasses
+import functools
 import math
 import operator
 import typing
@@ -136,48 +137,84 @@ def plan_allreduce(response, requests, size: int, direct_bytes: int, host: bool)
     wire = reduction_dtype(dtype)
     reduced = reduction(metas[0], size - len(response.joined))
     everyone = members(requests, metas)
-    sizes = [math.prod(m.shape) for m in everyone]
-    # A tensor goes through the ring by itself when it is alone or at least a ring chunk
-    # long: fusing it would save no messages. Every rank splits alike, from shapes and
-    # settings that all ranks share (never from where its own data lives), and fuses
-    # everything while some rank has joined, with no tensors to read.
-    if response.joined or len(everyone) == 1:
-        alone = [not response.joined] * len(everyone)
-    else:
-        alone = [size * wire.itemsize >= direct_bytes for size in sizes]
+    shapes = metas[0].group if len(metas) == 1 and metas[0].group else _shapes(metas)
+    layout = _layout(shapes, bool(response.joined), direct_bytes, wire.itemsize)
     # A host tensor that needs no widening is read in place, and the result written
     # where it goes: no copies through a fusion buffer.
     host_results = host and dtype == wire
     share = shareable(metas[0], dtype)
-    lone = [(i,) for i, a in enumerate(alone) if a]
-    if not lone:  # the common case of a fused response: every member in one unit
-        fused = tuple(range(len(everyone)))
-    else:
-        fused = tuple(i for i, a in enumerate(alone) if not a)
-    groups = [fused, *lone] if fused else lone
-    units = tuple(
-        _unit(everyone, sizes, positions, not alone[positions[0]], host_results, share, wire)
-        for positions in groups
-    )
+    units = tuple(_unit(everyone, requests, geometry, host_results, share) for geometry in layout)
     fill = identity(reduced.op, wire)
     return AllreducePlan(reduced, dtype, wire, host_results, fill, everyone, units)
 
 
-def _unit(everyone, sizes, positions, fused, host_results, share, wire) -> Unit:
-    """Return the unit of the members of ``everyone`` (of ``sizes``) at ``positions``."""
+def _shapes(metas) -> tuple:
+    """Return the shapes of every tensor of ``metas``, in order."""
+    return tuple(shape for meta in metas for shape in member_shapes(meta))
+
+
+class _Geometry(typing.NamedTuple):
+    """Where one unit's members lie: a unit's layout, without the data of any call."""
+
+    positions: tuple
+    fused: bool
+    offsets: tuple
+    total: int
+    ends: tuple
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(shapes: tuple, joined: bool, direct_bytes: int, itemsize: int) -> tuple:
+    """Return the ``_Geometry`` of each unit of tensors of ``shapes``, reduced in ``itemsize``.
+
+    Planned once per set of shapes and kept while it repeats: a step's gradients come
+    back with the same shapes every step. A tensor goes through the ring by itself when it
+    is alone or at least a ring chunk (``direct_bytes``) long: fusing it would save no
+    messages. Every rank splits alike, from shapes and settings that all ranks share
+    (never from where its own data lives), and fuses everything while some rank has
+    ``joined``, with no tensors to read.
+    """
+    sizes = [math.prod(shape) for shape in shapes]
+    if joined or len(sizes) == 1:
+        alone = [not joined] * len(sizes)
+    else:
+        alone = [count * itemsize >= direct_bytes for count in sizes]
+    lone = [(i,) for i, a in enumerate(alone) if a]
+    if not lone:  # the common case of a fused response: every member in one unit
+        fused = tuple(range(len(sizes)))
+    else:
+        fused = tuple(i for i, a in enumerate(alone) if not a)
+    layout = []
+    for positions in [fused, *lone] if fused else lone:
+        chosen = [sizes[i] for i in positions]
+        # One tensor lies at 0; only a fusion buffer of several needs the aligned layout.
+        offsets = aligned_displacements(chosen, itemsize) if len(chosen) > 1 else [0]
+        ends = tuple(map(operator.add, offsets, chosen))
+        layout.append(_Geometry(positions, not alone[positions[0]], tuple(offsets), ends[-1], ends))
+    return tuple(layout)
+
+
+def _unit(everyone, requests, geometry, host_results, share) -> Unit:
+    """Return the unit of the members of ``everyone`` that ``geometry`` lays out."""
+    positions = geometry.positions
     if len(positions) == len(everyone):
-        chosen, chosen_sizes = everyone, sizes
+        chosen, asking = everyone, [r for r in requests if r is not None]
     else:
         chosen = tuple(everyone[i] for i in positions)
-        chosen_sizes = [sizes[i] for i in positions]
-    # A group's members share their request: each request is asked once.
-    requests = {id(m.request): m.request for m in chosen if m.request is not None}
-    read_only = share and all(r.read_only for r in requests.values())
-    in_place = host_results and not fused
-    # One tensor lies at 0; only a fusion buffer of several needs the aligned layout.
-    offsets = aligned_displacements(chosen_sizes, wire.itemsize) if len(chosen) > 1 else [0]
-    ends = tuple(map(operator.add, offsets, chosen_sizes))
-    return Unit(chosen, positions, fused, in_place, read_only, tuple(offsets), ends[-1], ends)
+        # A group's members share their request: each request is asked once.
+        asking = {id(m.request): m.request for m in chosen if m.request is not None}.values()
+    read_only = share and all(r.read_only for r in asking)
+    in_place = host_results and not geometry.fused
+    return Unit(
+        chosen,
+        positions,
+        geometry.fused,
+        in_place,
+        read_only,
+        geometry.offsets,
+        geometry.total,
+        geometry.ends,
+    )
 
 
 def lone_host(request):
