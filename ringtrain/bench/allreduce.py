@@ -222,18 +222,10 @@ def _small_rows(comm, args, place):
     joined = place(np.concatenate(hosted))
     one_mpi = _mpi_allreduce(comm, joined, place(np.empty(joined.size, np.float32)))
 
-    def grouped():
-        ringtrain.synchronize(ringtrain.grouped_allreduce_async(small, op=ringtrain.Sum, name="g"))
+    # Here, not at the top: compare_rank imports mpi4py.MPI, which must follow init().
+    from ringtrain.bench.compare_rank import small_tensor_steps
 
-    def one_by_one():
-        handles = [
-            ringtrain.allreduce_async(t, op=ringtrain.Sum, name=f"small.{i}")
-            for i, t in enumerate(small)
-        ]
-        for h in handles:
-            ringtrain.synchronize(h)
-
-    for case, step in (("grouped", grouped), ("async", one_by_one)):
+    for case, step in small_tensor_steps(small):
         rows.append(
             _row(
                 f"{args.small_count}x{args.small_bytes} {case}",

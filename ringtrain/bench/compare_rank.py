@@ -53,6 +53,17 @@ def _cases(sizes, small_count, small_bytes, rank):
 
         cases += [("single", nbytes, into_out), ("single, read-only", nbytes, read_only)]
     small = [np.full(small_bytes // 4, rank + i, np.float32) for i in range(small_count)]
+    if small_count:
+        for case, step in small_tensor_steps(small):
+            cases.append((f"{small_count}x{small_bytes} {case}", small_count * small_bytes, step))
+    return cases
+
+
+def small_tensor_steps(small) -> list:
+    """Return ("grouped", step) and ("async", step) over ``small``: one call, or one each.
+
+    The allreduce benchmark's many-small-tensors cases too (``bench allreduce``).
+    """
 
     def grouped():
         ringtrain.synchronize(ringtrain.grouped_allreduce_async(small, op=ringtrain.Sum, name="g"))
@@ -65,11 +76,7 @@ def _cases(sizes, small_count, small_bytes, rank):
         for handle in handles:
             ringtrain.synchronize(handle)
 
-    if small_count:
-        total = small_count * small_bytes
-        cases.append((f"{small_count}x{small_bytes} grouped", total, grouped))
-        cases.append((f"{small_count}x{small_bytes} async", total, one_by_one))
-    return cases
+    return [("grouped", grouped), ("async", one_by_one)]
 
 
 def _calls_per_batch(comm, step, seconds) -> int:
