@@ -4,11 +4,11 @@ Each rank sends its new submissions (metas, never tensor data) to the coordinato
 and the counts of its cached ones to its parent in the agreement tree
 (``engine.agreement``); rank 0 sends every other rank the same ordered responses. All of it
 runs on a private duplicate of the engine's communicator, apart from the tensor data's, and
-every send is non-blocking: the engine polls for what has arrived and never waits here, except at
-``finish`` and ``close``, whose waits go through the transport's ``Waiter``: a peer frozen
-during shutdown fails them with an error that names it, instead of hanging. A rank that
-finds a peer lost tells every other rank on it too (``tell_lost``), rank 0 or not, before it
-ends the job.
+every send is non-blocking: the engine polls for what has arrived and never waits here,
+except at ``finish`` and ``close``, whose waits go through the transport's ``Waiter``: a
+peer frozen during shutdown fails them with an error that names it, instead of hanging. A
+rank that finds a peer lost tells every other rank on it too (``tell_lost``), rank 0 or not,
+before it ends the job.
 """
 
 import pickle
@@ -34,7 +34,7 @@ class ControlChannel:
         self._parents: set[int] = set()  # where this rank's counts went (for ``close``)
 
     def submit(self, entries) -> None:
-        """Send ``entries`` (a list of metas, cache ids, withdrawals...) to the coordinator."""
+        """Send ``entries`` (a list of metas, withdrawals, suspects...) to the coordinator."""
         send = self._comm.isend(entries, 0, _TAG_REQUEST)
         self._settle_sends()  # after the send: it waits for nothing older
         self._sends.append(send)
