@@ -74,14 +74,12 @@ class MemoryChannel:
 
     def submissions(self):
         """Return (rank, entries) for every submission that has reached the coordinator."""
-        received = []
-        for source in range(self.size):
-            payload = self._fabric.take(_REQUEST, source, 0)
-            while payload is not None:
-                entries = pickle.loads(payload)
-                self._fabric.submitted.append((source, entries))
-                received.append((source, entries))
-                payload = self._fabric.take(_REQUEST, source, 0)
+        received = [
+            (source, entries)
+            for source in range(self.size)
+            for entries in _drained(self._fabric, _REQUEST, source, 0)
+        ]
+        self._fabric.submitted += received
         return received
 
     def respond(self, wire) -> None:
@@ -208,7 +206,7 @@ class MemoryTransport:
         if self.size == 1:
             copy_scaled(src, dst, postscale)
             return time.perf_counter_ns()
-        parts = self._everyones(np.array(src, copy=True), "an allreduce")
+        parts = self._everyones(src, "an allreduce")  # dst is written only at the end
         total = parts[0].copy()
         for part in parts[1:-1]:
             cpu.reduce(total, total, part, op)
