@@ -11,7 +11,7 @@ import types
 import pytest
 
 from ringtrain.engine import turns as turns_module
-from ringtrain.engine.handle import Handle
+from ringtrain.engine.handle import Handle, complete_all
 from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns
 from ringtrain.topology import Topology
 
@@ -49,7 +49,7 @@ class Work:
                 raise RuntimeError("a turn fails")
             time.sleep(0.0002)  # a turn takes a while, so that threads would meet inside
             self.ran_by[handle.name] = threading.current_thread().name
-            handle.complete(handle.name)
+            complete_all([handle], [handle.name])
             return True
         finally:
             self.inside.release()

@@ -23,7 +23,7 @@ from ringtrain.engine import messages
 from ringtrain.engine import timeline as tl
 from ringtrain.engine.agreement import CountTree
 from ringtrain.engine.executor import Executor
-from ringtrain.engine.handle import Request
+from ringtrain.engine.handle import Request, complete_all
 from ringtrain.engine.liveness import Liveness, PeerWatch
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.sides import CoordinatorSide, WorkerSide, listed
@@ -398,9 +398,7 @@ class Engine:
             raise CollectiveTimeoutError(
                 f"{err}; it was running {running}", err.peers, err.reported_by
             ) from None
-        for request, result in zip(requests, results, strict=True):
-            if request is not None:
-                request.handle.complete(result)
+        complete_all([r.handle if r is not None else None for r in requests], results)
 
     def _forget(self, response):
         """Drop this rank's requests that the coordinator confirms as withdrawn."""

@@ -87,6 +87,9 @@ class Executor:
                 results = [self._in_place(name, shape, array, out, plan.wire, reduction, read_only)]
             else:
                 results = self._fused(unit, plan, backend)
+            if len(plan.units) == 1 and unit.present:  # every member's result, in order
+                self._finish_average(plan.reduction, results)
+                return results if plan.one_each else planner.regroup(requests, results)
             for i, result in zip(unit.positions, results, strict=True):
                 outputs[i] = result
         present_outputs = [
@@ -163,14 +166,18 @@ class Executor:
         # Every member laid end to end, each aligned so that its slice of the result is
         # too; what lies between is unused.
         host = self._pool.get("fusion", unit.total, wire)
-        here = []
-        for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
-            if member.request is None:
-                host[off:end] = plan.fill
-            else:
-                here.append((member, off, end))
-        sources = [member.array for member, _, _ in here]
-        source_offsets = [off for _, off, _ in here]
+        if unit.present:
+            here, source_offsets, ends = unit.members, unit.offsets, unit.ends
+        else:
+            here, source_offsets, ends = [], [], []
+            for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
+                if member.request is None:
+                    host[off:end] = plan.fill
+                else:
+                    here.append(member)
+                    source_offsets.append(off)
+                    ends.append(end)
+        sources = [member.array for member in here]
         # A device tensor that goes alone and needs no widening or scaling is copied to the
         # host as it is: no staging buffer, and no pack or unpack launch.
         copied = backend is not _CPU and not unit.fused and plan.dtype == wire and prescale == 1
@@ -192,22 +199,24 @@ class Executor:
                 host, op, postscale, self._results.factory(wire), unit.read_only, compression
             )
             gathered = tl.now_ns()
-            outputs = [deliver(result[off:end].reshape(m.shape), m.out) for m, off, end in here]
+            outputs = _slices(result, source_offsets, ends, here, unit.flat)
         else:
             reduced = self.transport.allreduce(host, host, op, postscale, compression)
             gathered = tl.now_ns()
             if staged:
                 backend.to_device(host, staging)
             outputs = [
-                m.out if m.out is not None else backend.empty(m.shape, plan.dtype)
-                for m, _, _ in here
+                m.out if m.out is not None else backend.empty(m.shape, plan.dtype) for m in here
             ]
             if not copied:
                 backend.unpack(staging, source_offsets, outputs, 1.0)
             elif len(host):
                 backend.to_device(host.reshape(outputs[0].shape), outputs[0])
-        names = list(dict.fromkeys(member.name for member in unit.members))
-        self._spans(names, start, packed, reduced, gathered, tl.now_ns())
+        if self.timeline is not None:
+            names = list(dict.fromkeys(member.name for member in unit.members))
+            self._spans(names, start, packed, reduced, gathered, tl.now_ns())
+        if unit.present:
+            return outputs
         produced = iter(outputs)
         return [next(produced) if m.request is not None else None for m in unit.members]
 
@@ -287,6 +296,23 @@ class Executor:
         self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
         self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
         return [out]
+
+
+def _slices(result, offsets, ends, members, flat) -> list:
+    """Return each of ``members``' result: its slice of ``result``, or its ``out`` filled from it.
+
+    A ``flat`` unit's members are 1-D, so their slices need no reshape.
+    """
+    if flat:
+        outputs = list(map(result.__getitem__, map(slice, offsets, ends)))
+    else:
+        outputs = [
+            result[o:e].reshape(m.shape) for m, o, e in zip(members, offsets, ends, strict=True)
+        ]
+    for i, member in enumerate(members):
+        if member.out is not None:
+            outputs[i] = deliver(outputs[i], member.out)
+    return outputs
 
 
 _ADASUM = int(ReduceOp.Adasum)

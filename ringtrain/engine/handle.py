@@ -35,11 +35,6 @@ class Handle:
             raise self._error
         return self._result
 
-    def complete(self, result) -> None:
-        """Set the result (engine thread only)."""
-        self._result = result
-        self._finish()
-
     def fail(self, error: BaseException) -> None:
         """Set the error (engine thread only)."""
         self._error = error
@@ -48,6 +43,24 @@ class Handle:
     def _finish(self):
         self._done = True
         self._pending.release()
+
+
+def complete_all(handles, results) -> None:
+    """Set the result of each of ``handles`` (engine thread only); None handles are skipped.
+
+    Every result is set before any waiter is released: a caller woken by the first handle
+    finds the others done and takes them without blocking again. Completed one at a time,
+    each release woke the caller, which took the GIL from the engine thread and blocked on
+    the next handle, handing it back: a switch of threads per tensor of a fused response.
+    """
+    done = []
+    for handle, result in zip(handles, results, strict=True):
+        if handle is not None:
+            handle._result = result
+            handle._done = True
+            done.append(handle._pending)
+    for pending in done:
+        pending.release()
 
 
 class GroupHandle:

@@ -91,7 +91,9 @@ class Unit:
     buffer; otherwise the members are packed into a fusion buffer of ``total`` elements,
     each at its ALIGNMENT-aligned offset. ``read_only``: a new result may be read-only and
     shared by the host's ranks. ``positions``: each member's place among the plan's members;
-    ``ends``: where each member's elements end in the buffer.
+    ``ends``: where each member's elements end in the buffer. ``present``: every member has
+    its data on this rank. ``flat``: every member is 1-D, so its slice of the buffer is its
+    result as it is.
     """
 
     members: tuple
@@ -102,6 +104,8 @@ class Unit:
     offsets: tuple
     total: int
     ends: tuple  # where each member's elements end: offsets[i] + its size
+    present: bool
+    flat: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,7 +116,8 @@ class AllreducePlan:
     they are reduced in (float16 widens). ``host_results``: the tensors are host arrays that
     need no widening, so the transport writes each result into new memory (a fused unit's
     results are slices of one array) instead of the fusion buffer being unpacked. ``fill``
-    is what a joined rank's members hold.
+    is what a joined rank's members hold. ``one_each``: every request is one tensor (none
+    is a group), so the present members' results are the requests' results as they are.
     """
 
     reduction: Reduction
@@ -122,6 +127,7 @@ class AllreducePlan:
     fill: object
     members: tuple
     units: tuple
+    one_each: bool
 
 
 def plan_allreduce(response, requests, size: int, direct_bytes: int, host: bool) -> AllreducePlan:
@@ -137,7 +143,11 @@ def plan_allreduce(response, requests, size: int, direct_bytes: int, host: bool)
     wire = reduction_dtype(dtype)
     reduced = reduction(metas[0], size - len(response.joined))
     everyone = members(requests, metas)
-    shapes = metas[0].group if len(metas) == 1 and metas[0].group else _shapes(metas)
+    one_each = all([m.group is None for m in metas])
+    if len(metas) == 1 and metas[0].group:
+        shapes = metas[0].group
+    else:
+        shapes = tuple([m.shape for m in metas] if one_each else _shapes(metas))
     layout = _layout(shapes, bool(response.joined), direct_bytes, wire.itemsize)
     # A host tensor that needs no widening is read in place, and the result written
     # where it goes: no copies through a fusion buffer.
@@ -145,7 +155,7 @@ def plan_allreduce(response, requests, size: int, direct_bytes: int, host: bool)
     share = shareable(metas[0], dtype)
     units = tuple(_unit(everyone, requests, geometry, host_results, share) for geometry in layout)
     fill = identity(reduced.op, wire)
-    return AllreducePlan(reduced, dtype, wire, host_results, fill, everyone, units)
+    return AllreducePlan(reduced, dtype, wire, host_results, fill, everyone, units, one_each)
 
 
 def _shapes(metas) -> tuple:
@@ -161,6 +171,7 @@ class _Geometry(typing.NamedTuple):
     offsets: tuple
     total: int
     ends: tuple
+    flat: bool  # every member is 1-D
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,7 +201,9 @@ def _layout(shapes: tuple, joined: bool, direct_bytes: int, itemsize: int) -> tu
         # One tensor lies at 0; only a fusion buffer of several needs the aligned layout.
         offsets = aligned_displacements(chosen, itemsize) if len(chosen) > 1 else [0]
         ends = tuple(map(operator.add, offsets, chosen))
-        layout.append(_Geometry(positions, not alone[positions[0]], tuple(offsets), ends[-1], ends))
+        flat = all(len(shapes[i]) == 1 for i in positions)
+        goes_fused = not alone[positions[0]]
+        layout.append(_Geometry(positions, goes_fused, tuple(offsets), ends[-1], ends, flat))
     return tuple(layout)
 
 
@@ -198,12 +211,15 @@ def _unit(everyone, requests, geometry, host_results, share) -> Unit:
     """Return the unit of the members of ``everyone`` that ``geometry`` lays out."""
     positions = geometry.positions
     if len(positions) == len(everyone):
-        chosen, asking = everyone, [r for r in requests if r is not None]
+        chosen = everyone
+        present = None not in requests
+        asking = requests if present else [r for r in requests if r is not None]
     else:
         chosen = tuple(everyone[i] for i in positions)
+        present = all(m.request is not None for m in chosen)
         # A group's members share their request: each request is asked once.
         asking = {id(m.request): m.request for m in chosen if m.request is not None}.values()
-    read_only = share and all(r.read_only for r in asking)
+    read_only = share and all([r.read_only for r in asking])
     in_place = host_results and not geometry.fused
     return Unit(
         chosen,
@@ -214,6 +230,8 @@ def _unit(everyone, requests, geometry, host_results, share) -> Unit:
         geometry.offsets,
         geometry.total,
         geometry.ends,
+        present,
+        geometry.flat,
     )
 
 
@@ -233,6 +251,12 @@ def lone_host(request):
 
 def members(requests, metas) -> tuple:
     """Return the tensors of ``requests`` (of ``metas``, one per name) in order, as Members."""
+    if None not in requests and all([m.group is None for m in metas]):
+        # The common case, every request here and one tensor: built column by column.
+        names = [m.name for m in metas]
+        shapes = [m.shape for m in metas]
+        outs = [r.out for r in requests]
+        return tuple(map(Member, names, requests, shapes, [r.array for r in requests], outs))
     everyone = []
     for request, meta in zip(requests, metas, strict=True):
         shapes = member_shapes(meta)
