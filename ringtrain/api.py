@@ -344,16 +344,19 @@ def _allreduce_meta(
         raise TypeError(f"integer Average is not supported on device arrays ({dtype})")
     if op == ReduceOp.Adasum:
         _check_adasum(dtype, is_device_array(array), len(resolve(process_set).ranks))
+    # Positional: a call per tensor of a step, and keywords cost a named tuple a third more.
     return messages.Meta(
-        name=name,
-        kind=messages.ALLREDUCE,
-        dtype=name_of(dtype),
-        shape=shape,
-        op=int(op),
-        prescale=_scale(prescale, "prescale_factor", dtype),
-        postscale=_scale(postscale, "postscale_factor", dtype),
-        group=group,
-        compression=_wire(compression, dtype, op),
+        name,
+        messages.ALLREDUCE,
+        name_of(dtype),
+        shape,
+        int(op),
+        _scale(prescale, "prescale_factor", dtype),
+        _scale(postscale, "postscale_factor", dtype),
+        -1,
+        None,
+        group,
+        None if compression is None else _wire(compression, dtype, op),
     )
 
 

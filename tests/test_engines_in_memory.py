@@ -145,6 +145,65 @@ def test_tensors_submitted_in_a_different_order_on_each_rank_all_complete(starte
             assert len(sent_whole) == first, sent_whole[first:]
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_a_fused_step_of_mixed_shapes_outs_and_groups_equals_numpy(started, size):
+    """One fused response: 0-d, empty, 1-D and 2-D tensors, ``out=`` buffers, and groups."""
+    _, engines = started(size)
+    shapes = [(), (0,), (1,), (7,), (3, 5), (1000,), (2, 0), (4, 1)]
+
+    def tensor(rank, i):
+        return _data(rank + i, int(np.prod(shapes[i]))).reshape(shapes[i])
+
+    fused = []  # the names of each allreduce response that rank 0 ran
+    run = engines[0]._executor.run
+    engines[0]._executor.run = lambda response, requests: (
+        fused.append(response.names) if response.kind == messages.ALLREDUCE else None,
+        run(response, requests),
+    )[1]
+
+    def step(rank, engine):
+        # The turns are held while the step is handed over, so that one turn sends all of
+        # it and the coordinator fuses it into one response.
+        with engine._turns._lock:
+            return hand_over(rank, engine)
+
+    def hand_over(rank, engine):
+        requests = []
+        for i, shape in enumerate(shapes):
+            array = tensor(rank, i)
+            out = np.empty(shape, np.float32) if i % 2 else None
+            requests.append((engine.submit(_allreduce_meta(f"m{i}", array), array, out), out))
+        group = [tensor(rank, i) for i in (3, 0, 4)]
+        meta = messages.Meta(
+            "grouped", messages.ALLREDUCE, "float32", (sum(a.size for a in group),),
+            group=tuple(a.shape for a in group),
+        )  # fmt: skip
+        lone = [tensor(rank, 5)]
+        lone_meta = meta._replace(name="group of one", shape=(1000,), group=((1000,),))
+        return requests, [engine.submit(meta, group), engine.submit(lone_meta, lone)]
+
+    def wait(rank, engine):
+        requests, groups = step(rank, engine)
+        results = [engine.wait(r.handle) for r, _ in requests]
+        for (_, out), result in zip(requests, results, strict=True):
+            assert out is None or result is out  # written where the caller asked
+        return results, [engine.wait(g.handle) for g in groups]
+
+    for _ in range(3):  # whole, then cached: the same fused layout each time
+        outcomes = on_every_rank(engines, wait)
+        assert len(fused[-1]) == len(shapes) + 2, fused  # the whole step in one response
+        for results, (grouped, of_one) in outcomes:
+            for i, result in enumerate(results):
+                expected = sum(tensor(r, i) for r in range(size))
+                assert result.shape == shapes[i]
+                np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+            for result, i in zip(grouped, (3, 0, 4), strict=True):
+                assert result.shape == shapes[i]
+                np.testing.assert_allclose(result, sum(tensor(r, i) for r in range(size)))
+            assert len(of_one) == 1
+            np.testing.assert_allclose(of_one[0], sum(tensor(r, 5) for r in range(size)))
+
+
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_allgather_broadcast_alltoall_and_reducescatter_equal_numpy(started, size):
     _, engines = started(size)

@@ -128,9 +128,9 @@ class Engine:
         """
         request = Request(meta, array, out, tl.now_ns(), read_only)
         with self._lock:
-            if isinstance(self._stop_error, EngineStoppedError):
-                raise EngineStoppedError(str(self._stop_error))
             if self._stop_error is not None:
+                if isinstance(self._stop_error, EngineStoppedError):
+                    raise EngineStoppedError(str(self._stop_error))
                 raise EngineStoppedError(f"the ringtrain engine has stopped: {self._stop_error}")
             if meta.name in self._inflight:
                 raise DuplicateNameError(
