@@ -424,12 +424,15 @@ def grouped_allreduce_async(
     postscale_factor=1.0,
     process_set=None,
     compression=None,
+    read_only=False,
 ) -> Handle:
     """Start reducing ``tensors`` (one dtype) together as one unit; return one handle.
 
     The group is negotiated and fused as a whole, so it costs the engine one submission, not
-    one per tensor. ``synchronize`` on the handle returns the list of results, in order.
-    ``compression`` as in ``allreduce_async``.
+    one per tensor. ``synchronize`` on the handle returns the list of results, in order;
+    those the group fused are views of one buffer. ``compression`` and ``read_only`` as in
+    ``allreduce_async``: with ``read_only=True`` the results may be read-only views of one
+    result in shared memory that every rank of the host reads.
     """
     engine = _engine_for(process_set)
     arrays = _group_inputs(tensors)
@@ -448,7 +451,7 @@ def grouped_allreduce_async(
         process_set=process_set,
         compression=compression,
     )
-    return _submit(engine, meta, arrays)
+    return _submit(engine, meta, arrays, None, bool(read_only))
 
 
 def _group_inputs(tensors) -> list:
@@ -486,6 +489,7 @@ def grouped_allreduce(
     postscale_factor=1.0,
     process_set=None,
     compression=None,
+    read_only=False,
 ) -> list:
     """Reduce ``tensors`` as one group and return the results in order."""
     return _blocking(
@@ -498,6 +502,7 @@ def grouped_allreduce(
         postscale_factor,
         process_set,
         compression,
+        read_only,
     )
 
 

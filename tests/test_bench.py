@@ -32,6 +32,7 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
         ("single", 65536), ("single, read-only", 65536), ("allgather", 65536),
         ("single, Adasum", 65536),
         ("4x16384 grouped", 4 * 16384), ("4x16384 async", 4 * 16384),
+        ("4x16384 grouped, read-only", 4 * 16384), ("4x16384 async, read-only", 4 * 16384),
     ]  # fmt: skip
     for row in rows:
         assert row["ranks"] == 2 and row["ringtrain_us"] > 0 and row["mpi_us"] > 0

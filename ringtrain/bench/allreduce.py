@@ -211,7 +211,10 @@ def run(args) -> int:
 
 
 def _small_rows(comm, args, place):
-    """Return the many-small-tensors rows: grouped, and one call each, against one MPI call."""
+    """Return the many-small-tensors rows against one MPI call: grouped and one call each.
+
+    Each into new results, and read-only.
+    """
     n = comm.Get_size()
     rows = []
     hosted = [
@@ -225,7 +228,7 @@ def _small_rows(comm, args, place):
     # Here, not at the top: compare_rank imports mpi4py.MPI, which must follow init().
     from ringtrain.bench.compare_rank import small_tensor_steps
 
-    for case, step in small_tensor_steps(small):
+    for case, step in small_tensor_steps(small) + small_tensor_steps(small, read_only=True):
         rows.append(
             _row(
                 f"{args.small_count}x{args.small_bytes} {case}",

@@ -59,24 +59,29 @@ def _cases(sizes, small_count, small_bytes, rank):
     return cases
 
 
-def small_tensor_steps(small) -> list:
+def small_tensor_steps(small, read_only=False) -> list:
     """Return ("grouped", step) and ("async", step) over ``small``: one call, or one each.
 
-    The allreduce benchmark's many-small-tensors cases too (``bench allreduce``).
+    The allreduce benchmark's many-small-tensors cases too (``bench allreduce``), which also
+    times them ``read_only``, as training hands gradients over; ``bench compare`` leaves
+    that keyword out, since older checkouts' groups do not take it.
     """
+    ro = {"read_only": True} if read_only else {}
 
     def grouped():
-        ringtrain.synchronize(ringtrain.grouped_allreduce_async(small, op=ringtrain.Sum, name="g"))
+        handle = ringtrain.grouped_allreduce_async(small, op=ringtrain.Sum, name="g", **ro)
+        ringtrain.synchronize(handle)
 
     def one_by_one():
         handles = [
-            ringtrain.allreduce_async(t, op=ringtrain.Sum, name=f"small.{i}")
+            ringtrain.allreduce_async(t, op=ringtrain.Sum, name=f"small.{i}", **ro)
             for i, t in enumerate(small)
         ]
         for handle in handles:
             ringtrain.synchronize(handle)
 
-    return [("grouped", grouped), ("async", one_by_one)]
+    suffix = ", read-only" if read_only else ""
+    return [(f"grouped{suffix}", grouped), (f"async{suffix}", one_by_one)]
 
 
 def _calls_per_batch(comm, step, seconds) -> int:

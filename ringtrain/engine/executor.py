@@ -6,13 +6,10 @@ import numpy as np
 
 from ringtrain import kernels
 from ringtrain.buffers import aligned_empty
-from ringtrain.dtypes import by_name, reduction_dtype
-from ringtrain.engine import messages, planner
+from ringtrain.engine import collective_plans, messages, planner
 from ringtrain.engine import timeline as tl
 from ringtrain.engine.results import ResultMemory, deliver, shareable
 from ringtrain.ops import ReduceOp
-from ringtrain.transport.messages import displacements
-from ringtrain.transport.schedule import segment_bounds
 
 _CPU = kernels.backend_for(np.empty(0))
 
@@ -101,17 +98,15 @@ class Executor:
     def _adasum(self, requests):
         """Run Adasum over every tensor of ``requests`` (host arrays), each on its own."""
         outputs = []
-        for member in planner.members(requests, [r.meta for r in requests]):
-            meta, shape = member.request.meta, member.shape
+        for plan in collective_plans.plan_adasum(requests):
             start = tl.now_ns()
-            dtype = by_name(meta.dtype)
-            count, wire = math.prod(shape), reduction_dtype(dtype)
-            vector = self._pool.get("adasum", count, wire)
-            np.multiply(member.array.reshape(-1), meta.prescale, out=vector)
-            self.transport.adasum(vector, self._pool.get("adasum.peer", count, wire))
-            result = member.out if member.out is not None else self._results.empty(shape, dtype)
-            np.multiply(vector, meta.postscale, out=result.reshape(-1), casting="unsafe")
-            self._span([meta.name], "ADASUM", start, tl.now_ns())
+            vector = self._pool.get("adasum", plan.count, plan.wire)
+            np.multiply(plan.array.reshape(-1), plan.prescale, out=vector)
+            self.transport.adasum(vector, self._pool.get("adasum.peer", plan.count, plan.wire))
+            out = plan.out
+            result = out if out is not None else self._results.empty(plan.shape, plan.dtype)
+            np.multiply(vector, plan.postscale, out=result.reshape(-1), casting="unsafe")
+            self._span([plan.name], "ADASUM", start, tl.now_ns())
             outputs.append(result)
         return planner.regroup(requests, outputs)
 
@@ -230,71 +225,54 @@ class Executor:
 
     def _allgather(self, response, requests):
         results = []
-        for meta, per_rank, request in zip(
-            response.metas, response.per_rank, requests, strict=True
+        for plan, request in zip(
+            collective_plans.plan_allgather(response, requests), requests, strict=True
         ):
             start = tl.now_ns()
-            dtype = by_name(meta.dtype)
-            row_bytes = math.prod(meta.shape[1:]) * dtype.itemsize
-            rows = [m.shape[0] if m is not None else 0 for m in per_rank]
-            out = aligned_empty((sum(rows), *meta.shape[1:]), dtype)
-            counts = [n * row_bytes for n in rows]
-            displs = displacements(counts)
-            send = _as_bytes(request.array) if request is not None else np.empty(0, np.uint8)
-            self.transport.allgatherv(send, _as_bytes(out), counts, displs)
-            self._span([meta.name], tl.ALLGATHER, start, tl.now_ns())
-            results.append(out if request is not None else None)
+            out = aligned_empty(plan.shape, plan.dtype)
+            send = _as_bytes(request.array) if plan.keeps else np.empty(0, np.uint8)
+            self.transport.allgatherv(send, _as_bytes(out), plan.counts, plan.displacements)
+            self._span([plan.name], tl.ALLGATHER, start, tl.now_ns())
+            results.append(out if plan.keeps else None)
         return results
 
     def _broadcast(self, response, requests):
-        meta, request = response.metas[0], requests[0]
+        plan = collective_plans.plan_broadcast(response, requests, self.rank)
         start = tl.now_ns()
-        dtype = by_name(meta.dtype)
-        if request is None:
-            out = self._pool.get("broadcast", math.prod(meta.shape), dtype)
+        if plan.keeps:
+            out = aligned_empty(plan.shape, plan.dtype)
+            if plan.sends:
+                out[...] = requests[0].array
         else:
-            out = aligned_empty(meta.shape, dtype)
-            if self.rank == meta.root:
-                out[...] = request.array
-        self.transport.broadcast(_as_bytes(out), meta.root)
-        self._span([meta.name], "BROADCAST", start, tl.now_ns())
-        return [out if request is not None else None]
+            out = self._pool.get("broadcast", math.prod(plan.shape), plan.dtype)
+        self.transport.broadcast(_as_bytes(out), plan.root)
+        self._span([plan.name], "BROADCAST", start, tl.now_ns())
+        return [out if plan.keeps else None]
 
     def _alltoall(self, response, requests):
-        meta, per_rank, request = response.metas[0], response.per_rank[0], requests[0]
+        plan = collective_plans.plan_alltoall(response, self.rank)
         start = tl.now_ns()
-        dtype = by_name(meta.dtype)
-        row_bytes = math.prod(meta.shape[1:]) * dtype.itemsize
-        sent = [n * row_bytes for n in per_rank[self.rank].splits]
-        got_rows = [m.splits[self.rank] for m in per_rank]
-        got = [n * row_bytes for n in got_rows]
-        out = aligned_empty((sum(got_rows), *meta.shape[1:]), dtype)
-        self.transport.alltoallv(_as_bytes(request.array), sent, _as_bytes(out), got)
-        self._span([meta.name], "ALLTOALL", start, tl.now_ns())
+        out = aligned_empty(plan.shape, plan.dtype)
+        self.transport.alltoallv(_as_bytes(requests[0].array), plan.sent, _as_bytes(out), plan.got)
+        self._span([plan.name], "ALLTOALL", start, tl.now_ns())
         return [out]
 
     def _reducescatter(self, response, requests):
-        meta, request = response.metas[0], requests[0]
+        plan = collective_plans.plan_reducescatter(response, self.rank, self.size)
+        reduction = plan.reduction
         start = tl.now_ns()
-        dtype = by_name(meta.dtype)
-        wire = reduction_dtype(dtype)
-        reduction = planner.reduction(meta, self.size - len(response.joined))
-        row = math.prod(meta.shape[1:])
-        row_bounds = segment_bounds(meta.shape[0], self.size)
-        bounds = [(lo * row, hi * row) for lo, hi in row_bounds]
-        buf = self._pool.get("fusion", math.prod(meta.shape), wire)
-        _CPU.pack([request.array], buf, [0], meta.prescale)
+        buf = self._pool.get("fusion", plan.count, plan.wire)
+        _CPU.pack([requests[0].array], buf, [0], reduction.prescale)
         packed = tl.now_ns()
-        self.transport.reduce_scatter(buf, buf, reduction.op, reduction.postscale, bounds)
+        self.transport.reduce_scatter(buf, buf, reduction.op, reduction.postscale, plan.bounds)
         reduced = tl.now_ns()
-        lo, hi = bounds[self.rank]
-        first, last = row_bounds[self.rank]
-        out = aligned_empty((last - first, *meta.shape[1:]), dtype)
+        lo, hi = plan.bounds[self.rank]
+        out = aligned_empty(plan.shape, plan.dtype)
         _CPU.unpack(buf[lo:hi], [0], [out], 1.0)
         self._finish_average(reduction, [out])
-        self._span([meta.name], tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
-        self._span([meta.name], tl.REDUCE_SCATTER, packed, reduced)
-        self._span([meta.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
+        self._span([plan.name], tl.MEMCPY_IN_FUSION_BUFFER, start, packed)
+        self._span([plan.name], tl.REDUCE_SCATTER, packed, reduced)
+        self._span([plan.name], tl.MEMCPY_OUT_FUSION_BUFFER, reduced, tl.now_ns())
         return [out]
 
 

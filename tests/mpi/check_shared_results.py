@@ -40,6 +40,24 @@ def body():
         ),
     )
 
+    # The next place is free too. A group asked read-only: its fused results are read-only
+    # views of one shared result (0-d, empty, 1-D and 2-D members); hold one to the end.
+    shapes = [(), (0,), (1,), (7,), (3, 5), (2, 0)]
+    group = [rank_data(r, s, np.float32, 30 + k) for k, s in enumerate(shapes)]
+    got = ringtrain.grouped_allreduce(group, op=ringtrain.Sum, name="grouped", read_only=True)
+    for k, (shape, result) in enumerate(zip(shapes, got, strict=True)):
+        want = expected(
+            ringtrain.Sum, [rank_data(i, shape, np.float32, 30 + k) for i in range(n)], np.float32
+        )
+        assert result.shape == shape, f"grouped.{k}: shape {result.shape}"
+        assert result.flags.writeable != sharing, f"grouped.{k}: read-only when shared"
+        if k == 4:
+            keep(f"grouped.{k}", result, want)
+        else:
+            assert_equal(result, want, f"grouped.{k}")
+    if sharing:  # views of one buffer: the members lie in one array
+        assert got[3].base is got[4].base, "grouped: the members share one result"
+
     # 3.2 MB fits the shared-memory regions (4 MiB unless set), but where every rank has a
     # core, ranks read each other's buffers in place; 6 MB does not fit them. Either way the
     # result still goes to the area.
