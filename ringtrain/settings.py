@@ -55,12 +55,12 @@ class Settings:
     # file within a 64 MiB /dev/shm up to 5 ranks per host.
     shared_result_bytes: int = 16 * 1024 * 1024
     hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
-    # ringtrain.tensorflow can hand a step's gradients to the engine in buckets: consecutive
-    # gradients in backprop order, each bucket closed once it holds this many bytes, one
-    # TensorFlow op per bucket; 0 (the default) gives every gradient its own op. Measured
-    # (docs/benchmarks.md): 1 MiB buckets train faster at TensorFlow's default threads, but
-    # start the exchange later, so less of it hides behind backprop.
-    bucket_bytes: int = 0
+    # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
+    # gradients smaller than this, in backprop order, share one TensorFlow op until they
+    # hold this many bytes; a larger one has an op of its own; 0 gives every gradient its
+    # own op. Each op costs TensorFlow's threads, and most of a model's gradients are
+    # small (docs/benchmarks.md, bucket bytes).
+    bucket_bytes: int = 256 * 1024
     # The ranks of a host that the launcher left the same CPUs divide its cores among
     # themselves at init() (ringtrain.affinity). Measured (docs/benchmarks.md): at -np 2 on
     # 2 cores the MLP's model.fit ran 5% faster at one inter-op thread, 17% at TensorFlow's

@@ -12,7 +12,7 @@ def test_defaults():
     assert s.shared_memory_bytes == 4 * 1024 * 1024
     assert s.ring_window_bytes == 64 * 1024 * 1024
     assert s.shared_result_bytes == 16 * 1024 * 1024
-    assert s.bucket_bytes == 0
+    assert s.bucket_bytes == 256 * 1024
     assert s.bind_cores is True
 
 

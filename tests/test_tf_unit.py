@@ -72,18 +72,20 @@ def test_gradient_reduction_validates_its_settings():
         ([], 1024, []),
         ([8], 1024, [[0]]),
         ([0], 1024, [[0]]),
-        # The benchmark's MLP, last layer first: bias, kernel, bias, kernel, ...
+        # The benchmark's MLP, last layer first: bias, kernel, bias, kernel, ...: every
+        # kernel of 64 KiB or more goes alone, the small ones before it share a run.
         (
             [40, 40960, 4096, 4194304, 4096, 4194304, 4096, 3211264],
-            2**20,
-            [[0, 1, 2, 3], [4, 5], [6, 7]],
+            2**16,
+            [[0, 1, 2], [3], [4], [5], [6], [7]],
         ),
         ([100, 924, 1, 1023, 1024, 5], 1024, [[0, 1], [2, 3], [4], [5]]),
-        ([100, None, 100, 100], 1024, [[0, 1], [2, 3]]),
+        ([100, 900, 30, 1, 2000, 3], 1024, [[0, 1, 2], [3], [4], [5]]),
+        ([100, None, 100, 100], 1024, [[0], [1], [2, 3]]),
         ([100, 0, 7], 0, [[0], [1], [2]]),
     ],
 )
-def test_buckets_close_once_full_or_at_an_unknown_size(sizes, cap, want):
+def test_buckets_share_small_sizes_and_leave_large_or_unknown_ones_alone(sizes, cap, want):
     assert exchange.buckets(sizes, cap) == want
 
 

@@ -289,15 +289,23 @@ def _static_bytes(tensor):
 
 
 def buckets(sizes, cap):
-    """Split positions ``0..len(sizes)-1``, in order, into runs of at least ``cap`` bytes.
+    """Split positions ``0..len(sizes)-1``, in order, into runs of small sizes and lone large ones.
 
-    A run closes at the first size that brings it to ``cap`` or more, and at an unknown
-    size (None); the last run holds what is left. ``cap`` 0 puts every position alone.
+    Consecutive sizes under ``cap`` share a run until it holds ``cap`` bytes or more; a size
+    of ``cap`` or more, or an unknown one (None), goes alone, and the run before it closes:
+    a large gradient is handed over the moment it is in, never held back for small ones
+    around it. ``cap`` 0 puts every position alone.
     """
     runs, run, filled = [], [], 0
     for k, size in enumerate(sizes):
+        if size is None or size >= cap:
+            if run:
+                runs.append(run)
+                run, filled = [], 0
+            runs.append([k])
+            continue
         run.append(k)
-        filled = cap if size is None else filled + size
+        filled += size
         if filled >= cap:
             runs.append(run)
             run, filled = [], 0
