@@ -274,13 +274,15 @@ def _print(rows):
         f"ranks={rows[0]['ranks']}  medians; busbw as nccl-tests: algbw * 2(n-1)/n, and "
         "(n-1)/n for allgather"
     )
+    width = max(18, *(len(r["case"]) for r in rows))
     print(
-        f"{'case':>18} {'bytes':>11} {'ringtrain us':>13} {'MPI us':>10} "
+        f"{'case':>{width}} {'bytes':>11} {'ringtrain us':>13} {'MPI us':>10} "
         f"{'rt busbw GB/s':>14} {'MPI busbw GB/s':>15} {'ratio':>6}"
     )
     for r in rows:
         print(
-            f"{r['case']:>18} {r['bytes']:>11} {r['ringtrain_us']:>13.1f} {r['mpi_us']:>10.1f} "
+            f"{r['case']:>{width}} {r['bytes']:>11} {r['ringtrain_us']:>13.1f} "
+            f"{r['mpi_us']:>10.1f} "
             f"{r['ringtrain_busbw_GBps']:>14.2f} {r['mpi_busbw_GBps']:>15.2f} "
             f"{r['busbw_ratio']:>6.2f}"
         )
