@@ -6,8 +6,8 @@ through its transport without deciding anything. Counts are the bytes that the t
 moves; shapes and dtypes are the results'. A result lives in new aligned memory that the
 caller keeps, except on a rank without a request: it takes part (so that the other ranks'
 collective completes) with scratch memory that nobody keeps, and its result is None.
-``ringtrain.engine.planner`` plans the allreduce's Sum and its relatives; Adasum, an
-allreduce that reduces each tensor on its own, is planned here.
+``ringtrain.engine.planner`` plans the fused allreduce (every op but Adasum); Adasum,
+which combines each tensor on its own, is planned here.
 """
 
 import math
