@@ -2,10 +2,11 @@
 
 The tensors are enqueued last first, each by a TensorFlow op that runs as soon as
 TensorFlow has computed it: backprop produces the last layers' gradients first, so the
-engine reduces (and fuses) those while TensorFlow still computes the earlier ones. With the
-``bucket_bytes`` setting, consecutive tensors share one op until they fill that many bytes:
-an op costs TensorFlow's thread about as much as exchanging 1 MiB. Only then does one
-synchronize op run, which waits for every result.
+engine reduces (and fuses) those while TensorFlow still computes the earlier ones.
+Consecutive tensors smaller than the ``bucket_bytes`` setting share one op until they fill
+that many bytes, and a larger one has its own (``buckets``): an op costs TensorFlow's thread
+about as much as exchanging 1 MiB. Only then does one synchronize op run, which waits for
+every result.
 
 With the tensors goes a manifest: a small allreduce of one one-hot row per tensor
 (none, dense or sparse), submitted with the first tensor. Ranks that disagree on the
