@@ -161,12 +161,6 @@ def test_a_fused_step_of_mixed_shapes_outs_and_groups_equals_numpy(started, size
         run(response, requests),
     )[1]
 
-    def step(rank, engine):
-        # The turns are held while the step is handed over, so that one turn sends all of
-        # it and the coordinator fuses it into one response.
-        with engine._turns._lock:
-            return hand_over(rank, engine)
-
     def hand_over(rank, engine):
         requests = []
         for i, shape in enumerate(shapes):
@@ -183,7 +177,10 @@ def test_a_fused_step_of_mixed_shapes_outs_and_groups_equals_numpy(started, size
         return requests, [engine.submit(meta, group), engine.submit(lone_meta, lone)]
 
     def wait(rank, engine):
-        requests, groups = step(rank, engine)
+        # The turns are held while the step is handed over, so that one turn sends all of
+        # it and the coordinator fuses it into one response.
+        with engine._turns._lock:
+            requests, groups = hand_over(rank, engine)
         results = [engine.wait(r.handle) for r, _ in requests]
         for (_, out), result in zip(requests, results, strict=True):
             assert out is None or result is out  # written where the caller asked

@@ -113,8 +113,8 @@ def plan_alltoall(response, rank: int) -> AlltoallPlan:
 class ScatterPlan(typing.NamedTuple):
     """A reduce-scatter of one name: ``reduction`` over ``count`` elements, reduced in ``wire``.
 
-    Rank r ends with rows ``row_bounds[r]`` of the sum, elements ``bounds[r]`` of the flat
-    buffer; this rank's result has ``shape`` and ``dtype``.
+    Rank r ends with elements ``bounds[r]`` of the flat sum (whole rows); this rank's result
+    has ``shape`` and ``dtype``.
     """
 
     name: str
