@@ -1,7 +1,9 @@
 """Data-parallel Keras training with model.fit: MNIST from a local mnist.npz, else sklearn digits.
 
-Run (offline; nothing is downloaded):
+Run (offline; nothing is downloaded), on any Keras backend (``KERAS_BACKEND=jax`` or
+``torch`` picks another than TensorFlow):
     python3 -m ringtrain.runner -np 2 python3 examples/keras_mnist.py
+    KERAS_BACKEND=torch python3 -m ringtrain.runner -np 2 python3 examples/keras_mnist.py
     python3 -m ringtrain.runner -np 2 python3 examples/keras_mnist.py --mnist ~/data/mnist.npz
     python3 examples/keras_mnist.py                      # one process, for comparison
 
@@ -13,9 +15,8 @@ import os
 import time
 
 import numpy as np
-import tensorflow as tf
 
-import ringtrain.tensorflow.keras as hvd  # ringtrain:
+import ringtrain.keras as hvd  # ringtrain:
 
 
 def load(mnist_path):
@@ -71,12 +72,30 @@ def training_arguments(description):
     return parser
 
 
+def limit_threads(threads):
+    """Give the Keras backend's math ``threads`` threads per rank (ranks share the cores)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+    elif backend == "jax":  # read when JAX first computes
+        flag = "--xla_cpu_multi_thread_eigen=false" if threads == 1 else ""
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+
+
 def main():
     """Train, then report test accuracy and wall time on rank 0."""
     parser = training_arguments(__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="save the model here each epoch")
     args = parser.parse_args()
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    limit_threads(args.threads)
     import keras
 
     hvd.init()  # ringtrain:
@@ -117,7 +136,8 @@ def main():
         dataset = "MNIST" if args.mnist else "sklearn digits"
         print(
             f"{dataset}: test accuracy {accuracy:.4f} after {args.epochs} epochs on "
-            f"{hvd.size()} rank(s), {time.perf_counter() - started:.1f} s"  # ringtrain:
+            f"{hvd.size()} rank(s) on {keras.backend.backend()}, "
+            f"{time.perf_counter() - started:.1f} s"  # ringtrain:
         )
     hvd.shutdown()  # ringtrain:
 

@@ -15,9 +15,9 @@ EXAMPLES = REPO / "examples"
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
-def _run(tmp_path, script, *args, timeout=240):
+def _run(tmp_path, script, *args, timeout=240, env=None):
     """Run ``examples/script`` at -np 2; return rank 0's stdout lines, failing on a bad exit."""
-    env = dict(os.environ, **QUIET)
+    env = dict(os.environ, **QUIET, **(env or {}))
     argv = [sys.executable, "-m", "ringtrain.runner", "-np", "2", sys.executable]
     done, _ = launch([*argv, str(EXAMPLES / script), *args], timeout, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -39,11 +39,15 @@ def test_allreduce_demo(tmp_path):
     assert any("allgather rows per rank [1, 2]" in line for line in lines), lines
 
 
-def test_keras_mnist_learns_the_digits(tmp_path):
+@pytest.mark.parametrize(
+    ("backend", "module"), [("tensorflow", "tensorflow"), ("jax", "jax"), ("torch", "torch")]
+)
+def test_keras_mnist_learns_the_digits_on_every_backend(tmp_path, backend, module):
     pytest.importorskip("sklearn")
-    lines = _run(tmp_path, "keras_mnist.py")
+    pytest.importorskip(module)
+    lines = _run(tmp_path, "keras_mnist.py", env={"KERAS_BACKEND": backend})
     assert _accuracy(lines) >= 0.95, lines[-5:]
-    assert any("on 2 rank(s)" in line for line in lines), lines[-5:]
+    assert any(f"on 2 rank(s) on {backend}" in line for line in lines), lines[-5:]
 
 
 def test_custom_loop_learns_the_digits(tmp_path):

@@ -17,7 +17,8 @@ LAYERS = [
     {"transport"},
     {"engine"},
     {"process_sets", "runtime", "api", "call_site", "capabilities", "elastic", "guard", "timeline"},
-    {"tensorflow", "__init__"},
+    {"exchange"},  # what the framework bindings hand their tensors over through
+    {"tensorflow", "keras", "__init__"},
     {"bench"},
 ]
 LAUNCHER = "runner"  # what ringtrain-run runs: it shares only the contract and the settings

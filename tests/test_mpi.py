@@ -51,6 +51,11 @@ def test_shared_memory_that_cannot_be_had_falls_back_to_messages_with_a_warning(
 
 
 @pytest.mark.parametrize("np", WORLDS)
+def test_the_neutral_exchange_averages_a_step_and_fails_ranks_that_disagree_at_once(np):
+    check("check_exchange.py", np)
+
+
+@pytest.mark.parametrize("np", WORLDS)
 def test_read_only_results_shared_by_the_host(np):
     check("check_shared_results.py", np, timeout=240)
 

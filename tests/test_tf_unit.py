@@ -14,6 +14,7 @@ keras = pytest.importorskip("keras")
 
 from ringtrain import compression as core_compression  # noqa: E402
 from ringtrain import tf_allocator  # noqa: E402
+from ringtrain.keras.optimizer import is_distributed, stock_optimizer_classes  # noqa: E402
 from ringtrain.ops import Sum  # noqa: E402
 from ringtrain.tensorflow import compat, compression, exchange  # noqa: E402
 from ringtrain.tensorflow.keras import optimizer as distributed  # noqa: E402
@@ -66,29 +67,6 @@ def test_gradient_reduction_validates_its_settings():
         exchange.GradientReduction(op=42)
 
 
-@pytest.mark.parametrize(
-    ("sizes", "cap", "want"),
-    [
-        ([], 1024, []),
-        ([8], 1024, [[0]]),
-        ([0], 1024, [[0]]),
-        # The benchmark's MLP, last layer first: bias, kernel, bias, kernel, ...: every
-        # kernel of 64 KiB or more goes alone, the small ones before it share a run.
-        (
-            [40, 40960, 4096, 4194304, 4096, 4194304, 4096, 3211264],
-            2**16,
-            [[0, 1, 2], [3], [4], [5], [6], [7]],
-        ),
-        ([100, 924, 1, 1023, 1024, 5], 1024, [[0, 1], [2, 3], [4], [5]]),
-        ([100, 900, 30, 1, 2000, 3], 1024, [[0, 1, 2], [3], [4], [5]]),
-        ([100, None, 100, 100], 1024, [[0], [1], [2, 3]]),
-        ([100, 0, 7], 0, [[0], [1], [2]]),
-    ],
-)
-def test_buckets_share_small_sizes_and_leave_large_or_unknown_ones_alone(sizes, cap, want):
-    assert exchange.buckets(sizes, cap) == want
-
-
 @pytest.mark.parametrize("dtype", [tf.bool, tf.uint32, tf.int16, tf.complex64, tf.float32])
 def test_engine_wire_carries_any_fixed_size_dtype(dtype):
     value = tf.cast(tf.constant([[0, 1, 3], [2, 0, 1]]), dtype)
@@ -116,7 +94,7 @@ def test_site_names_are_per_step_graph_and_restart_on_retrace():
     assert seen[-2:] == ["S", "S.1"], seen
 
 
-@pytest.mark.parametrize("base", compat.stock_optimizer_classes(), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("base", stock_optimizer_classes(), ids=lambda c: c.__name__)
 def test_every_keras_optimizer_wraps_and_round_trips(base):
     if base is keras.optimizers.LossScaleOptimizer:
         original = base(keras.optimizers.SGD(0.1))
@@ -128,7 +106,7 @@ def test_every_keras_optimizer_wraps_and_round_trips(base):
     wrapped = distributed.DistributedOptimizer(
         original, backward_passes_per_step=3, op=Sum, average_aggregated_gradients=True
     )
-    assert isinstance(wrapped, base) and distributed.is_distributed(wrapped)
+    assert isinstance(wrapped, base) and is_distributed(wrapped)
     config = wrapped.get_config()
     assert config["ringtrain"]["backward_passes_per_step"] == 3
     assert config["ringtrain"]["average_aggregated_gradients"] is True

@@ -70,6 +70,13 @@ def add_arguments(parser) -> None:
         default="mlp,cnn",
         help="comma-separated: mlp, cnn, resnet50, mobilenetv2 (keras.applications at 32x32)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("tensorflow", "jax", "torch"),
+        default="tensorflow",
+        help="the Keras backend; jax and torch run bench.train_backends' contenders "
+        "(default tensorflow)",
+    )
     parser.add_argument("--batch", type=int, default=64, help="per rank (default 64)")
     parser.add_argument("--np", type=int, default=2, help="ranks and workers (default 2)")
     parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
@@ -125,6 +132,10 @@ def _at_least(least):
 
 def run(args) -> int:
     """Run every contender on every model; print the table."""
+    if args.backend != "tensorflow":
+        from ringtrain.bench import train_backends
+
+        return train_backends.work(args) if args.worker else train_backends.run(args)
     if args.worker:
         return _work(args)
     if args.hosts:

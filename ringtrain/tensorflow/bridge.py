@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ringtrain import api
-from ringtrain.errors import MismatchError, RingtrainError
+from ringtrain.errors import RingtrainError
 from ringtrain.tensorflow import compat, errors
 
 _handles: dict[int, object] = {}
@@ -111,33 +111,17 @@ def synchronize(token, dtypes):
 
 
 @tf.autograph.experimental.do_not_convert
-def synchronize_each(tokens, dtypes, describes, finishes, process_set=None):
-    """Return the result of every enqueue op in ``tokens`` (one handle each), from one op.
+def collect(tokens, dtypes, handover):
+    """Return ``handover``'s results (``exchange.Handover.collect``) from one op.
 
-    The op waits for the handles in order and applies ``finishes[i]`` (or nothing, for None)
-    to each result as it comes in, so a check on the first result can fail the op before it
-    waits for the others. An engine error is re-raised with ``describes[i]`` (what the tensor
-    is) in front. When the op fails, the handles it did not reach are withdrawn from the
-    engine of ``process_set``, so that they cannot collide with the next call's; after a
-    mismatch, which fails the op on every rank, the ranks also wait for each other's
-    withdrawals (``api.withdraw``).
+    ``tokens``: its enqueue ops' tokens, the manifest's first. The op checks the manifest
+    before it waits for anything else, and withdraws what it did not reach when it fails;
+    engine errors come out as the binding's (``errors.in_tensorflow_terms``).
     """
 
     def _wait(*token_values):
         handles = [_handles.pop(int(t)) for t in token_values]
-        results = []
-        try:
-            for handle, describe, finish in zip(handles, describes, finishes, strict=True):
-                results.append(_result(handle, describe, finish))
-        except BaseException as err:
-            # A mismatch fails this op on every rank, at the same tensor: they agree that
-            # everything is withdrawn before any of them submits these names again.
-            agree_as = None
-            if isinstance(err, MismatchError) and len(results) < len(handles):
-                agree_as = f"{handles[len(results)].name}.withdrawn"
-            api.withdraw(handles[len(results) :], process_set, agree_as)
-            raise
-        return results
+        return handover.collect(handles, errors.in_tensorflow_terms)
 
     out = tf.numpy_function(_wait, list(tokens), dtypes, stateful=True, name="rt_synchronize")
     return [out] if not isinstance(out, list | tuple) else list(out)

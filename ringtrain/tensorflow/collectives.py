@@ -20,9 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 from ringtrain import api
+from ringtrain.keras.tensors import variable_label
 from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
 from ringtrain.process_sets import resolve
-from ringtrain.tensorflow import bridge, compat, errors, exchange
+from ringtrain.tensorflow import bridge, errors, exchange
 from ringtrain.tensorflow.compression import Compression, around_reduction, for_engine
 
 
@@ -527,7 +528,7 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
 
 def _assign_broadcast(variables, root_rank, process_set):
     """Assign ``root_rank``'s values to ``variables``; return what each ``assign`` returned."""
-    labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
+    labels = [variable_label(v, i) for i, v in enumerate(variables)]
     values = exchange.broadcast_tensors(
         [tf.convert_to_tensor(v) for v in variables],
         labels,

@@ -58,26 +58,6 @@ def site_name(base: str) -> str:
     return base if traced is None or traced[1] == 0 else f"{base}.{traced[1]}"
 
 
-def variable_label(variable, index: int) -> str:
-    """Return how error messages name ``variable`` (a Keras or tf variable, or a tensor)."""
-    for attribute in ("path", "name"):
-        label = getattr(variable, attribute, None)
-        if isinstance(label, str) and label:
-            return label
-    return f"#{index}"
-
-
-def stock_optimizer_classes() -> list[type]:
-    """Return the optimizer classes that ``keras.optimizers`` exports."""
-    base = keras.optimizers.Optimizer
-    found = []
-    for name in dir(keras.optimizers):
-        value = getattr(keras.optimizers, name)
-        if isinstance(value, type) and issubclass(value, base) and value is not base:
-            found.append(value)
-    return found
-
-
 def wrapping_loss_scale_optimizer(optimizer):
     """Return the ``LossScaleOptimizer`` whose ``build`` is building ``optimizer``, or None.
 

@@ -10,6 +10,7 @@ RuntimeError ``tf.errors.UnknownError``), keeping the message.
 import tensorflow as tf
 
 from ringtrain import errors
+from ringtrain.exchange import described
 
 
 def _message(args):
@@ -38,7 +39,6 @@ class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
 
 def in_tensorflow_terms(err, describe=None):
     """Return ``err`` (a ringtrain error), ``describe`` in front, as the binding raises it."""
-    message = str(err) if describe is None else f"{describe}: {err}"
     if isinstance(err, errors.MismatchError):
-        return MismatchError(message)
-    return err if describe is None else type(err)(message)
+        return MismatchError(str(err) if describe is None else f"{describe}: {err}")
+    return described(err, describe)

@@ -1,19 +1,11 @@
 """Hands a list of tensors (a step's gradients, a model's variables) to the engine at once.
 
-The tensors are enqueued last first, each by a TensorFlow op that runs as soon as
-TensorFlow has computed it: backprop produces the last layers' gradients first, so the
-engine reduces (and fuses) those while TensorFlow still computes the earlier ones.
-Consecutive tensors smaller than the ``bucket_bytes`` setting share one op until they fill
-that many bytes, and a larger one has its own (``buckets``): an op costs TensorFlow's thread
-about as much as exchanging 1 MiB. Only then does one synchronize op run, which waits for
-every result.
-
-With the tensors goes a manifest: a small allreduce of one one-hot row per tensor
-(none, dense or sparse), submitted with the first tensor. Ranks that disagree on the
-number of tensors fail on its shape, and ranks that disagree on a tensor's kind see two
-kinds in its row. The synchronize op checks the manifest before it waits for anything
-else, so such ranks raise an error instead of waiting for tensors that the others never
-send.
+The hand-over itself is ``ringtrain.exchange``'s (its manifest, buckets and names); here each
+bucket becomes a TensorFlow op that submits it as soon as TensorFlow has computed its
+tensors. The tensors go last first: backprop produces the last layers' gradients first, so
+the engine reduces (and fuses) those while TensorFlow still computes the earlier ones. An op
+costs TensorFlow's thread about as much as exchanging 1 MiB, so small gradients share one
+(``bucket_bytes``). Only then does one op collect every result, checking the manifest first.
 """
 
 import functools
@@ -21,25 +13,39 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from ringtrain import api
 from ringtrain.dtypes import SUPPORTED
-from ringtrain.engine.messages import unnamed_name
+from ringtrain.exchange import (
+    DENSE,
+    KIND_NAMES,
+    NO_TENSOR,
+    SPARSE,
+    Handover,
+    Part,
+    broadcaster,
+    bucket_bytes,
+    gatherer,
+    predivide_factor,
+    reducer,
+    registered_process_set,
+    set_site,
+    unnamed_name,
+    unnamed_site_name,
+)
+from ringtrain.keras.tensors import variable_label
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
 from ringtrain.tensorflow.compression import Compression, around_reduction, for_engine
-from ringtrain.tensorflow.errors import MismatchError
 from ringtrain.tensorflow.local_sources import LocalSources
 
-_KINDS = ("no tensor", "a dense tensor", "tf.IndexedSlices")
-_NONE, _DENSE, _SPARSE = range(len(_KINDS))
+_KINDS = (*KIND_NAMES[:SPARSE], "tf.IndexedSlices")
 _ENGINE_DTYPES = frozenset(SUPPORTED)
 
 
 class _Part:
     """One tensor that goes to the engine: ``start(name)`` makes the submit function."""
 
-    __slots__ = ("suffix", "tensor", "start", "shape", "reduces", "token")
+    __slots__ = ("suffix", "tensor", "start", "shape", "reduces")
 
     def __init__(self, suffix, tensor, start, shape, reduces):
         self.suffix = suffix
@@ -47,7 +53,6 @@ class _Part:
         self.start = start
         self.shape = shape
         self.reduces = reduces  # an allreduce, whose settings the manifest can share
-        self.token = None
 
 
 class _Plan:
@@ -66,58 +71,32 @@ def site_name(base, process_set):
 
     A rank outside the set has none of its sites, so they must not shift its other names.
     """
-    process_set_id = resolve(process_set).process_set_id
-    return compat.site_name(base if process_set_id == 0 else f"{base}.set{process_set_id}")
+    return compat.site_name(set_site(base, process_set))
 
 
 def call_name(name, kind, process_set):
     """Return ``name``, or the name that every rank gives this unnamed ``kind`` call alike.
 
-    Eagerly it is ``api.unnamed_name``'s: the caller's file and line, and how many ``kind``
+    Eagerly it is ``exchange.unnamed_name``'s: the caller's file and line, and how many ``kind``
     calls that line made. While tracing a ``tf.function`` it is the function's name and the
     number of the unnamed ``kind`` calls before this one in its trace (``compat.traced_site``),
     which is the same on every rank whichever ranks retraced it.
     """
     if name is not None:
         return name
-    process_set_id = resolve(process_set).process_set_id
-    base = f"{kind}.noname" if process_set_id == 0 else f"{kind}.noname.set{process_set_id}"
-    traced = compat.traced_site(base)
+    traced = compat.traced_site(set_site(f"{kind}.noname", process_set))
     if traced is None:
-        return api.unnamed_name(kind, process_set)
+        return unnamed_name(kind, process_set)
     function, count = traced
-    return unnamed_name(kind, f"{function} (tf.function)", count)
-
-
-def _reducer(op, prescale, postscale, read_only, process_set, compression=None):
-    def start(name):
-        return functools.partial(
-            api.allreduce_async,
-            name=name,
-            op=op,
-            prescale_factor=prescale,
-            postscale_factor=postscale,
-            read_only=read_only,
-            process_set=process_set,
-            compression=compression,
-        )
-
-    return start
-
-
-def _gatherer(process_set):
-    def start(name):
-        return functools.partial(api.allgather_async, name=name, process_set=process_set)
-
-    return start
+    return unnamed_site_name(kind, f"{function} (tf.function)", count)
 
 
 def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set):
     outside = around_reduction(compression)
     wire, ctx = outside.compress(tf.convert_to_tensor(grad))
-    start = _reducer(op, prescale, postscale, shared, process_set, for_engine(compression))
+    start = reducer(op, prescale, postscale, shared, process_set, for_engine(compression))
     part = _Part("", wire, start, wire.shape, reduces=True)
-    return _Plan(_DENSE, [part], lambda results: outside.decompress(results[0], ctx))
+    return _Plan(DENSE, [part], lambda results: outside.decompress(results[0], ctx))
 
 
 def _sparse_plan(grad, op, compression, process_set):
@@ -136,14 +115,14 @@ def _sparse_plan(grad, op, compression, process_set):
         _Part(
             ".values",
             wire,
-            _gatherer(process_set),
+            gatherer(process_set),
             tf.TensorShape([None]).concatenate(wire.shape[1:]),
             reduces=False,
         ),
         _Part(
             ".indices",
             indices,
-            _gatherer(process_set),
+            gatherer(process_set),
             tf.TensorShape([None]),
             reduces=False,
         ),
@@ -152,7 +131,7 @@ def _sparse_plan(grad, op, compression, process_set):
     def finish(results):
         return tf.IndexedSlices(outside.decompress(results[0], ctx), results[1], grad.dense_shape)
 
-    return _Plan(_SPARSE, parts, finish)
+    return _Plan(SPARSE, parts, finish)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -199,19 +178,10 @@ def broadcast_tensors(values, labels, site, root_rank, process_set=None):
     plans = []
     for value in values:
         wire, restore = engine_wire(tf.convert_to_tensor(value))
-        start = _broadcaster(root_rank, process_set)
+        start = broadcaster(root_rank, process_set)
         part = _Part("", wire, start, wire.shape, reduces=False)
-        plans.append(_Plan(_DENSE, [part], _first(restore)))
+        plans.append(_Plan(DENSE, [part], _first(restore)))
     return _run(plans, labels, site, process_set)
-
-
-def _broadcaster(root_rank, process_set):
-    def start(name):
-        return functools.partial(
-            api.broadcast_async, root_rank=root_rank, name=name, process_set=process_set
-        )
-
-    return start
 
 
 def _first(restore):
@@ -232,51 +202,38 @@ def engine_wire(tensor):
 def _run(plans, labels, site, process_set):
     if not plans:
         return []
-    codes = np.zeros((len(plans), len(_KINDS)), np.float32)
-    for i, plan in enumerate(plans):
-        codes[i, _NONE if plan is None else plan.kind] = 1
-    manifest_name = f"{site}.manifest"
-    manifest_start = functools.partial(
-        api.allreduce_async, name=manifest_name, op=Sum, process_set=process_set
-    )
     present = [(i, part) for i in reversed(range(len(plans))) for part in _parts(plans[i])]
-    sizes = [_static_bytes(part.tensor) for _, part in present]
-    manifest = None
-    for bucket in buckets(sizes, api.active_settings().bucket_bytes):
-        members = [present[k] for k in bucket]
-        starts = [part.start(f"{site}.{i}{part.suffix}") for i, part in members]
-        tensors = [part.tensor for _, part in members]
-        if manifest is None:
-            # The manifest goes with the first bucket, in the same submission; reduced like
-            # its first tensor (the check needs only its zero pattern), the engine fuses them.
-            if members[0][1].reduces:
-                manifest_start = members[0][1].start(manifest_name)
-            starts.insert(0, manifest_start)
-            tensors.insert(0, tf.constant(codes))
-        tokens = bridge.enqueue(_each(starts), tensors, site, count=len(starts), ordered=False)
-        if manifest is None:
-            manifest = tokens.pop(0)
-        for (_, part), token in zip(members, tokens, strict=True):
-            part.token = token
-    if manifest is None:
-        manifest = bridge.enqueue(manifest_start, [tf.constant(codes)], site, ordered=False)
+    handover = Handover(
+        site,
+        [NO_TENSOR if plan is None else plan.kind for plan in plans],
+        labels,
+        [
+            Part(i, part.suffix, part.start, _static_bytes(part.tensor), part.reduces)
+            for i, part in present
+        ],
+        bucket_bytes(),
+        process_set,
+        _KINDS,
+    )
+    tokens = []
+    for k, bucket in enumerate(handover.buckets):
+        tensors = [present[j][1].tensor for j in bucket]
+        count = len(bucket) + (k == 0)  # the manifest goes with the first
+        tokens += bridge.enqueue(
+            functools.partial(_submit, handover, k), tensors, site, count=count, ordered=False
+        )
     # One op waits for every result, the manifest first: a TensorFlow thread blocks once
     # per step, and only after the last enqueue, whose token is one of its inputs.
-    results = bridge.synchronize_each(
-        [manifest, *(part.token for _, part in present)],
-        [tf.float32, *(part.tensor.dtype for _, part in present)],
-        [
-            f"{site}: ranks hand over different numbers of tensors (this rank: {len(plans)})",
-            *(f"{site}: {labels[i]}" for i, _ in present),
-        ],
-        [functools.partial(_check_manifest, codes, labels, site)] + [None] * len(present),
-        process_set,
-    )[1:]
+    results = bridge.collect(tokens, [part.tensor.dtype for _, part in present], handover)
     by_plan: dict[int, list] = {}
     for (i, part), result in zip(present, results, strict=True):
         result.set_shape(part.shape)
         by_plan.setdefault(i, []).append(result)
     return [None if plan is None else plan.finish(by_plan[i]) for i, plan in enumerate(plans)]
+
+
+def _submit(handover, k, *arrays):
+    return handover.submit(k, arrays)
 
 
 def _parts(plan):
@@ -287,54 +244,6 @@ def _static_bytes(tensor):
     """Return the bytes of ``tensor`` from its static shape (None where that is unknown)."""
     count = tensor.shape.num_elements()
     return None if count is None else count * tensor.dtype.size
-
-
-def buckets(sizes, cap):
-    """Split positions ``0..len(sizes)-1``, in order, into runs of small sizes and lone large ones.
-
-    Consecutive sizes under ``cap`` share a run until it holds ``cap`` bytes or more; a size
-    of ``cap`` or more, or an unknown one (None), goes alone, and the run before it closes:
-    a large gradient is handed over the moment it is in, never held back for small ones
-    around it. ``cap`` 0 puts every position alone.
-    """
-    runs, run, filled = [], [], 0
-    for k, size in enumerate(sizes):
-        if size is None or size >= cap:
-            if run:
-                runs.append(run)
-                run, filled = [], 0
-            runs.append([k])
-            continue
-        run.append(k)
-        filled += size
-        if filled >= cap:
-            runs.append(run)
-            run, filled = [], 0
-    if run:
-        runs.append(run)
-    return runs
-
-
-def _each(starts):
-    def start(*arrays):
-        return [begin(array) for begin, array in zip(starts, arrays, strict=True)]
-
-    return start
-
-
-def _check_manifest(codes, labels, site, summed):
-    # Each row has one non-zero column when every contributing rank agrees (joined ranks
-    # contribute the op's identity); any other count means some ranks sent another kind.
-    # That holds for every op with non-zero scale factors: Sum and Average keep every
-    # column someone set, Max too, and Min and Product zero a column someone left out.
-    for i, (mine, row) in enumerate(zip(codes, summed, strict=True)):
-        if np.count_nonzero(row) != 1 or not row[np.argmax(mine)]:  # exact zeros stay zero
-            kinds = [_KINDS[k] for k in np.flatnonzero(row)]
-            raise MismatchError(
-                f"{site}: {labels[i]}: ranks disagree on its gradient: this rank has "
-                f"{_KINDS[np.argmax(mine)]}, the ranks together have {', '.join(kinds)}"
-            )
-    return summed
 
 
 def check_groups(num_groups=0, groups=None) -> None:
@@ -372,19 +281,14 @@ class GradientReduction:
         shared_results=False,
     ):
         if process_set is not None and not isinstance(process_set, ProcessSet):
-            process_set = api.registered_process_set(process_set)  # ranks, from a config
+            process_set = registered_process_set(process_set)  # ranks, from a config
         self.process_set = process_set
         self.shared_results = bool(shared_results)
         self.local_sources = LocalSources(scale_local_gradients)
         self.op = as_reduce_op(op)
         self.compression = compression
         self.sparse_as_dense = bool(sparse_as_dense)
-        factor = float(gradient_predivide_factor)
-        if not np.isfinite(factor) or factor <= 0:
-            raise ValueError(f"gradient_predivide_factor must be > 0, got {factor}")
-        if factor != 1.0 and self.op != Average:
-            raise ValueError("gradient_predivide_factor needs op=Average")
-        self.gradient_predivide_factor = factor
+        self.gradient_predivide_factor = predivide_factor(gradient_predivide_factor, self.op)
 
     def __call__(self, grads, variables, base):
         """Return ``grads`` (of ``variables``, which name them) reduced over all ranks.
@@ -392,7 +296,7 @@ class GradientReduction:
         The gradients of local sources are not exchanged; the manifest still holds their
         places, as no tensor, so ranks that disagree on which variables are local fail.
         """
-        labels = [compat.variable_label(v, i) for i, v in enumerate(variables)]
+        labels = [variable_label(v, i) for i, v in enumerate(variables)]
         local = [v is not None and v in self.local_sources for v in variables]
         if any(local):
             labels = [

@@ -1,7 +1,5 @@
 """ringtrain for Keras 3 (import it as ``hvd``): the optimizer, callbacks, loading, values."""
 
-import keras
-
 from ringtrain import capabilities
 from ringtrain.api import (
     add_process_set,
@@ -30,23 +28,11 @@ from ringtrain.tensorflow.keras import callbacks, elastic
 from ringtrain.tensorflow.keras.optimizer import (
     DistributedOptimizer,
     PartialDistributedOptimizer,
+    load_model,
     register,
 )
 from ringtrain.tensorflow.keras.values import allgather, allreduce, broadcast, reducescatter
 from ringtrain.tensorflow.sync_batch_norm import SyncBatchNormalization
-
-
-def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True, **kwargs):  # noqa: A002
-    """Load a model saved with ``model.save``, restoring its ``DistributedOptimizer``.
-
-    Distributed versions of Keras's own optimizers load without help; name your own
-    optimizer classes in ``custom_optimizers``. Other keywords go to
-    ``keras.models.load_model``.
-    """
-    objects = register(custom_optimizers or ())
-    objects.update(custom_objects or {})
-    return keras.models.load_model(filepath, custom_objects=objects, compile=compile, **kwargs)
-
 
 __all__ = [
     "Adasum",
@@ -83,6 +69,7 @@ __all__ = [
     "local_size",
     "rank",
     "reducescatter",
+    "register",
     "shutdown",
     "size",
     "start_timeline",

@@ -9,6 +9,11 @@ schedules, clipping, weight decay, EMA and loss scaling keep their meaning.
 import keras
 import tensorflow as tf
 
+from ringtrain.keras.optimizer import (
+    DistributedClasses,
+    config_to_wrap,
+    stock_optimizer_classes,
+)
 from ringtrain.ops import Average, Min, ReduceOp
 from ringtrain.tensorflow import compat
 from ringtrain.tensorflow.collectives import allreduce
@@ -17,10 +22,9 @@ from ringtrain.tensorflow.exchange import GradientReduction, check_groups, site_
 
 _CONFIG_KEY = "ringtrain"
 _SITE = "DistributedOptimizer"
-_classes: dict[type, type] = {}
 # Keras's optimizers whose updates only read the gradients they are given (wrappers, whose
 # inner optimizers apply them, are left out).
-_UPDATES_THAT_READ = frozenset(compat.stock_optimizer_classes()) - {
+_UPDATES_THAT_READ = frozenset(stock_optimizer_classes()) - {
     keras.optimizers.LossScaleOptimizer,
     keras.optimizers.MultiOptimizer,
 }
@@ -28,6 +32,8 @@ _UPDATES_THAT_READ = frozenset(compat.stock_optimizer_classes()) - {
 
 class _Distributed:
     """Mixin in front of an optimizer class: reduce the gradients, then apply them."""
+
+    ringtrain_distributed = True  # what ``is_distributed`` looks for
 
     def __init__(self, *args, ringtrain=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -156,25 +162,6 @@ def _agreeing(local_check, process_set):
     return check_finite
 
 
-def _distributed_class(base: type) -> type:
-    cls = _classes.get(base)
-    if cls is None:
-        cls = type(
-            f"Distributed{base.__name__}",
-            (_Distributed, base),
-            {"__module__": __name__, "__doc__": f"{base.__name__}, reducing over ranks."},
-        )
-        registered = keras.saving.get_registered_name(base).replace(">", ".")
-        cls = keras.saving.register_keras_serializable("ringtrain", f"Distributed{registered}")(cls)
-        _classes[base] = cls
-    return cls
-
-
-def is_distributed(optimizer) -> bool:
-    """Return True if ``optimizer`` came from ``DistributedOptimizer``."""
-    return isinstance(optimizer, _Distributed)
-
-
 def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     optimizer,
     name=None,
@@ -207,13 +194,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     no effect (``exchange.check_groups``).
     """
     check_groups(num_groups, groups)
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(f"expected a Keras 3 optimizer instance, got {type(optimizer).__name__}")
-    if is_distributed(optimizer):
-        raise ValueError("this optimizer is already a DistributedOptimizer")
-    config = optimizer.get_config()
-    if name is not None:
-        config["name"] = name
+    config = config_to_wrap(optimizer, name)
     config[_CONFIG_KEY] = {
         "op": ReduceOp(op).name,
         "compression": compression.name,
@@ -224,7 +205,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
         "scale_local_gradients": scale_local_gradients,
         "process_set": process_set,
     }
-    return _distributed_class(type(optimizer)).from_config(config)
+    return CLASSES.of(type(optimizer)).from_config(config)
 
 
 def PartialDistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
@@ -241,13 +222,7 @@ def PartialDistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     return distributed
 
 
-def register(optimizer_classes) -> dict:
-    """Make distributed versions of ``optimizer_classes`` loadable; return them by name."""
-    found = {}
-    for base in optimizer_classes:
-        cls = _distributed_class(base)
-        found[keras.saving.get_registered_name(cls)] = cls
-    return found
-
-
-register(compat.stock_optimizer_classes())
+CLASSES = DistributedClasses(_Distributed, __name__)
+register = CLASSES.register
+load_model = CLASSES.load_model
+register(stock_optimizer_classes())
