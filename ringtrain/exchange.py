@@ -21,8 +21,13 @@ and reused while the list repeats:
   step's.
 
 The binding's side is small: it submits bucket k's arrays with ``Handover.submit(k, arrays)``
-when they are ready (TensorFlow from an op per bucket, PyTorch from a gradient hook, JAX from
-a host callback), and calls ``Handover.collect`` once per step.
+when they are ready (TensorFlow from an op per bucket, JAX all at once from a host
+callback), or each part alone as it comes and the manifest last (PyTorch, from a gradient
+hook: ``submit_part``, ``submit_manifest``), and calls ``Handover.collect`` once per step.
+Beside it, this module passes on what else a binding needs of the engine, so that no binding
+reaches into ``ringtrain.api`` or the engine for a name they do not export: ``withdraw``,
+``registered_process_set``, the names of unnamed calls (``unnamed_name``,
+``unnamed_site_name``), and the ``bucket_bytes`` setting.
 """
 
 import functools

@@ -4,8 +4,9 @@ Each rank fits its own batch for one step with ``DistributedOptimizer`` (SGD, th
 and ``BroadcastGlobalVariablesCallback``: its weights must equal, within float32 rounding,
 those of one model trained in this process for one step on every rank's batch together,
 from root rank 0's initial weights. The metrics that ``MetricAverageCallback`` averages must
-equal NumPy's mean of every rank's own, and ranks that hand over different gradients fail
-at once with an error that names the variable.
+equal NumPy's mean of every rank's own, ``LearningRateWarmupCallback`` must set the rate
+that each batch's step sees, and ranks that hand over different gradients fail at once
+with an error that names the variable.
 """
 
 import os
@@ -79,6 +80,32 @@ def one_step(optimizer_class, rank, size):
     assert np.isclose(history.history["loss"][0], np.mean(losses), rtol=1e-5), history.history
 
 
+def warmup_sets_the_rate_each_batch(rank, size):
+    """``LearningRateWarmupCallback`` ramps the rate batch by batch; the step sees it."""
+    model = model_for(seed=0)
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0))
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = batch_of(rank)
+    record = RateSeen()
+    warmup = hvd.callbacks.LearningRateWarmupCallback(0.4, warmup_epochs=2, steps_per_epoch=5)
+    model.fit(x, y, batch_size=1, epochs=1, verbose=0, shuffle=False, callbacks=[warmup, record])
+    want = [0.4 * (b / 5 * (size - 1) / 2 + 1) / size for b in range(5)]
+    assert np.allclose(record.seen, want, rtol=1e-6), (record.seen, want)
+
+
+class RateSeen(keras.callbacks.Callback):
+    """Records the learning rate after each batch (through ``self.model``, which syncs JAX)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        """Record the rate that this batch's step used."""
+        rate = self.model.optimizer.learning_rate
+        self.seen.append(float(keras.ops.convert_to_numpy(rate)))
+
+
 def disagreeing_gradients(rank, size):
     model = model_for(seed=0)
     model.build((None, FEATURES))
@@ -125,6 +152,7 @@ def main():
     assert keras.backend.backend() == os.environ["KERAS_BACKEND"], keras.backend.backend()
     for optimizer_class in (keras.optimizers.SGD, keras.optimizers.Adam):
         one_step(optimizer_class, rank, size)
+    warmup_sets_the_rate_each_batch(rank, size)
     if size > 1:
         disagreeing_gradients(rank, size)
     if keras.backend.backend() == "torch":
