@@ -17,7 +17,7 @@ BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}  # backe
 # TensorFlow's binding has its own tests at 1-4 ranks (test_tf.py): here it runs at 2 only.
 @pytest.mark.parametrize(
     ("backend", "np"),
-    [("jax", 1), ("jax", 2), ("jax", 3), ("torch", 1), ("torch", 2), ("torch", 3), ("tensorflow", 2)],
+    [(backend, n) for backend in ("jax", "torch") for n in (1, 2, 3)] + [("tensorflow", 2)],
 )
 def test_one_step_on_every_rank_equals_one_process_on_every_batch(backend, np):
     pytest.importorskip(BACKENDS[backend])
