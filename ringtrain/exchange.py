@@ -31,6 +31,7 @@ reaches into ``ringtrain.api`` or the engine for a name they do not export: ``wi
 """
 
 import functools
+from typing import Protocol
 
 import numpy as np
 
@@ -47,6 +48,7 @@ KIND_NAMES = ("no tensor", "a dense tensor", "a sparse tensor")
 
 __all__ = [
     "DENSE",
+    "Bridge",
     "KIND_NAMES",
     "NO_TENSOR",
     "SPARSE",
@@ -67,6 +69,28 @@ __all__ = [
     "unnamed_site_name",
     "withdraw",
 ]
+
+
+class Bridge(Protocol):
+    """What a framework implements to hand its tensors over through a ``Handover``.
+
+    ``ringtrain.keras.bridges`` has PyTorch's and JAX's. TensorFlow's binding does the same
+    with graph ops (``ringtrain.tensorflow.bridge``: an ``enqueue`` op per bucket and one
+    ``collect`` op), so that each bucket goes as soon as backprop has computed it.
+    """
+
+    def to_numpy(self, tensor) -> np.ndarray:
+        """Return ``tensor`` as a NumPy array, sharing its memory where the framework can."""
+
+    def from_numpy(self, array, like):
+        """Return NumPy ``array`` as a tensor of ``like``'s dtype, on its device."""
+
+    def on_host(self, function, tensors) -> list:
+        """Return ``function``'s NumPy results for ``tensors``' arrays, as tensors like them.
+
+        The function runs where the framework runs host code: eagerly, or from inside a
+        compiled step.
+        """
 
 
 def bucket_bytes() -> int:

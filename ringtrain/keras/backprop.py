@@ -15,7 +15,7 @@ so; ``DistributedOptimizer(..., hand_over_in_backprop=False)`` hands every gradi
 
 from ringtrain.errors import RingtrainError
 from ringtrain.exchange import part_name, withdraw
-from ringtrain.keras.tensors import to_numpy
+from ringtrain.keras.bridges import TorchBridge
 
 
 class BackpropSubmissions:
@@ -47,7 +47,7 @@ class BackpropSubmissions:
                     "read in place. Apply after each backward(), or wrap the optimizer with "
                     "DistributedOptimizer(..., hand_over_in_backprop=False)"
                 )
-            self._submitted[key] = submit(to_numpy(parameter.grad))
+            self._submitted[key] = submit(TorchBridge.to_numpy(parameter.grad))
 
         return submitted
 

@@ -15,8 +15,8 @@ import keras
 import numpy as np
 
 from ringtrain import api
+from ringtrain.keras.bridges import backend
 from ringtrain.keras.optimizer import is_distributed
-from ringtrain.keras.tensors import backend
 from ringtrain.keras.variables import broadcast_variables
 
 

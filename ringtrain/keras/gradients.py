@@ -1,10 +1,7 @@
 """A step's gradients on Keras's JAX and PyTorch backends, reduced through ``ringtrain.exchange``.
 
-On PyTorch the gradients are CPU tensors by the time the optimizer applies them (or are
-copied to the host once each), and cross as NumPy arrays that share their memory. On JAX
-the optimizer's ``apply`` runs inside the jitted train step: the gradients leave XLA through
-one host callback (``jax.experimental.io_callback``), which hands them over and returns the
-reduced ones. XLA waits in that callback, so on JAX the exchange cannot overlap backprop.
+The backend's bridge (``bridges``) turns them into NumPy arrays and runs the hand-over where
+the backend can: eagerly on PyTorch, from a host callback inside the jitted step on JAX.
 """
 
 import numpy as np
@@ -20,7 +17,8 @@ from ringtrain.exchange import (
     set_site,
     withdraw,
 )
-from ringtrain.keras.tensors import backend, like, to_numpy, variable_label
+from ringtrain.keras import bridges
+from ringtrain.keras.labels import variable_label
 from ringtrain.ops import Average, as_reduce_op
 
 
@@ -39,6 +37,7 @@ class GradientExchange:
         self.process_set = process_set
         self.start = reducer(self.op, 1.0 / factor, factor, False, process_set)  # a Part.start
         self._handovers: dict[tuple, Handover] = {}  # layout -> its hand-over, planned once
+        self.bridge = bridges.for_backend()
 
     def __call__(self, grads, variables, site, submitted=None) -> list:
         """Return ``grads`` (of ``variables``, which name them) reduced; None entries stay None.
@@ -47,11 +46,20 @@ class GradientExchange:
         it already (``backprop.BackpropSubmissions``).
         """
         labels = [variable_label(v, i) for i, v in enumerate(variables)]
-        if backend() == "jax":
-            return self._in_jax(grads, labels, site)
-        arrays = [None if g is None else to_numpy(g) for g in grads]
-        reduced = self.reduce_arrays(arrays, labels, site, submitted)
-        return [None if g is None else like(r, g) for g, r in zip(grads, reduced, strict=True)]
+        present = [i for i, g in enumerate(grads) if g is not None]
+
+        def reduce(*arrays):
+            full = [None] * len(grads)
+            for i, array in zip(present, arrays, strict=True):
+                full[i] = array
+            reduced = self.reduce_arrays(full, labels, site, submitted)
+            return [reduced[i] for i in present]
+
+        results = self.bridge.on_host(reduce, [grads[i] for i in present])
+        out = [None] * len(grads)
+        for i, result in zip(present, results, strict=True):
+            out[i] = result
+        return out
 
     def reduce_arrays(self, arrays, labels, site, submitted=None) -> list:
         """Return NumPy ``arrays`` reduced over the ranks (None entries stay None).
@@ -88,32 +96,6 @@ class GradientExchange:
         ]
         kinds = [NO_TENSOR if a is None else DENSE for a in arrays]
         return Handover(site, kinds, labels, parts, bucket_bytes(), self.process_set)
-
-    def _in_jax(self, grads, labels, site):
-        import jax
-        from jax.experimental import io_callback
-
-        from ringtrain.keras import jax_threads
-
-        jax_threads.check()
-
-        present = [i for i, g in enumerate(grads) if g is not None]
-        shapes = [jax.ShapeDtypeStruct(grads[i].shape, grads[i].dtype) for i in present]
-
-        def exchange(*arrays):
-            full = [None] * len(grads)
-            for i, array in zip(present, arrays, strict=True):
-                full[i] = np.asarray(array)
-            reduced = self.reduce_arrays(full, labels, site)
-            return [
-                reduced[i].astype(s.dtype, copy=False) for i, s in zip(present, shapes, strict=True)
-            ]
-
-        results = io_callback(exchange, shapes, *(grads[i] for i in present), ordered=False)
-        out = [None] * len(grads)
-        for i, result in zip(present, results, strict=True):
-            out[i] = result
-        return out
 
     def site(self, base) -> str:
         """Return the names' prefix for ``base`` (``exchange.set_site``)."""

@@ -11,8 +11,8 @@ import keras
 
 from ringtrain.exchange import registered_process_set
 from ringtrain.keras.backprop import BackpropSubmissions
+from ringtrain.keras.bridges import backend
 from ringtrain.keras.gradients import GradientExchange
-from ringtrain.keras.tensors import backend
 from ringtrain.ops import Average, ReduceOp
 from ringtrain.process_sets import ProcessSet
 

@@ -10,7 +10,8 @@ import numpy as np
 from ringtrain import api
 from ringtrain.dtypes import SUPPORTED
 from ringtrain.exchange import DENSE, Handover, Part, broadcaster, set_site
-from ringtrain.keras.tensors import backend, to_numpy, variable_label
+from ringtrain.keras import bridges
+from ringtrain.keras.labels import variable_label
 from ringtrain.ops import Average
 
 _ENGINE_DTYPES = frozenset(np.dtype(d) for d in SUPPORTED)
@@ -22,12 +23,12 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
     ``inplace`` is Horovod's and changes nothing: the variables are always assigned to.
     """
     variables = list(variables)
-    if backend() == "tensorflow":
+    if bridges.backend() == "tensorflow":
         from ringtrain.tensorflow.collectives import broadcast_variables as in_tensorflow
 
         in_tensorflow(variables, root_rank, process_set)
         return
-    originals = [np.asarray(to_numpy(v), order="C") for v in variables]
+    originals = [_array(v) for v in variables]
     arrays = [_on_wire(a) for a in originals]
     site = set_site("broadcast_variables", process_set)
     start = broadcaster(root_rank, process_set)
@@ -39,6 +40,11 @@ def broadcast_variables(variables, root_rank=0, process_set=None, inplace=False)
         variable.assign(result.view(original.dtype).reshape(original.shape))
 
 
+def _array(value):
+    """Return ``value`` (any tensor-like of the backend) as a C-contiguous NumPy array."""
+    return np.asarray(bridges.for_backend().to_numpy(value), order="C")
+
+
 def _on_wire(array):
     """Return ``array`` contiguous, as its bytes where the engine does not carry its dtype."""
     array = np.asarray(array, order="C")
@@ -47,7 +53,7 @@ def _on_wire(array):
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None):
     """Return ``value`` (any tensor-like) reduced over all ranks (default op Average), as NumPy."""
-    array = np.asarray(to_numpy(value), order="C")
+    array = _array(value)
     return api.allreduce(
         array,
         average=average,
@@ -60,9 +66,9 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
 
 def allgather(value, name=None):
     """Return every rank's ``value`` concatenated along dimension 0, as a NumPy value."""
-    return api.allgather(np.asarray(to_numpy(value), order="C"), name=name)
+    return api.allgather(_array(value), name=name)
 
 
 def broadcast(value, root_rank, name=None):
     """Return ``root_rank``'s ``value`` on every rank, as a NumPy value."""
-    return api.broadcast(np.asarray(to_numpy(value), order="C"), root_rank, name=name)
+    return api.broadcast(_array(value), root_rank, name=name)

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from ringtrain import api
-from ringtrain.keras.tensors import variable_label
+from ringtrain.keras.labels import variable_label
 from ringtrain.ops import Average, ReduceOp, Sum, as_reduce_op, resolve_op
 from ringtrain.process_sets import resolve
 from ringtrain.tensorflow import bridge, errors, exchange

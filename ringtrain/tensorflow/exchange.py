@@ -31,7 +31,7 @@ from ringtrain.exchange import (
     unnamed_name,
     unnamed_site_name,
 )
-from ringtrain.keras.tensors import variable_label
+from ringtrain.keras.labels import variable_label
 from ringtrain.ops import Average, Sum, as_reduce_op
 from ringtrain.process_sets import ProcessSet, resolve
 from ringtrain.tensorflow import bridge, compat
