@@ -15,9 +15,10 @@ BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}  # backe
 
 
 # TensorFlow's binding has its own tests at 1-4 ranks (test_tf.py): here it runs at 2 only.
+# JAX's exchange is PyTorch's but for the bridge: it runs at 1 and 2 ranks (the suite's time).
 @pytest.mark.parametrize(
     ("backend", "np"),
-    [(backend, n) for backend in ("jax", "torch") for n in (1, 2, 3)] + [("tensorflow", 2)],
+    [("torch", 1), ("torch", 2), ("torch", 3), ("jax", 1), ("jax", 2), ("tensorflow", 2)],
 )
 def test_one_step_on_every_rank_equals_one_process_on_every_batch(backend, np):
     pytest.importorskip(BACKENDS[backend])
@@ -26,7 +27,9 @@ def test_one_step_on_every_rank_equals_one_process_on_every_batch(backend, np):
     assert result.stdout.count(f"keras on {backend} ok") == np, result.stdout
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+# JAX only, which runs every contender PyTorch does and Keras's DataParallel besides: each
+# run costs the suite over a minute.
+@pytest.mark.parametrize("backend", ["jax"])
 def test_training_benchmark_reports_every_contender_on_the_backend(tmp_path, backend):
     pytest.importorskip(BACKENDS[backend])
     out = tmp_path / "rows.json"
