@@ -7,6 +7,8 @@ does, so schedules, clipping, weight decay and EMA keep their meaning. On JAX, `
 runs inside the jitted train step (``stateless_apply``), and so does the exchange.
 """
 
+import warnings
+
 import keras
 
 from ringtrain.exchange import registered_process_set
@@ -166,9 +168,10 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
     copied); it is an instance of the same class and round-trips through ``get_config``.
     ``gradient_predivide_factor`` and ``process_set`` are as on TensorFlow. Horovod's
     ``compression``, ``sparse_as_dense``, ``device_dense``, ``device_sparse``, ``num_groups``,
-    ``groups`` and ``use_locking`` are accepted and have no effect here: these backends'
-    gradients are dense, and the engine fuses what is ready. ``backward_passes_per_step``
-    above 1 is TensorFlow's alone for now (a ValueError here). On PyTorch each gradient
+    ``groups`` and ``use_locking`` are accepted and have no effect here (a compression other
+    than none warns): these backends' gradients are dense, and the engine fuses what is
+    ready. ``backward_passes_per_step`` above 1 is TensorFlow's alone for now (a ValueError
+    here). On PyTorch each gradient
     is handed over the moment backprop has it (``backprop``), unless
     ``hand_over_in_backprop`` is False.
     """
@@ -182,6 +185,13 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name for this factory
         raise ValueError(
             f"backward_passes_per_step={backward_passes_per_step!r}: only 1 is supported on "
             f"the {keras.backend.backend()} backend (TensorFlow's takes more)"
+        )
+    compression = horovod_options.get("compression")
+    if getattr(compression, "name", "none") != "none":
+        warnings.warn(
+            f"ringtrain: compression {compression.name!r} is not applied on the "
+            f"{keras.backend.backend()} backend: gradients cross at their own precision",
+            stacklevel=2,
         )
     config = config_to_wrap(optimizer, name)
     config[_CONFIG_KEY] = {
