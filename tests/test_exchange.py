@@ -1,4 +1,8 @@
-"""The framework-neutral hand-over's plan, with no engine: buckets, names, what errors say."""
+"""The framework-neutral hand-over's plan with no engine, and the portable optimizer's refusals."""
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +55,33 @@ def test_a_handover_names_its_parts_and_sends_the_manifest_with_the_first_bucket
     assert plan.submit(1, ["big"]) == ["site.0"]
     assert submitted == [("site.0", "big")]
     assert plan.codes.tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
+
+
+def test_the_portable_optimizer_refuses_or_warns_about_what_it_does_not_do():
+    pytest.importorskip("torch")
+    script = """
+import warnings, keras
+import ringtrain.keras as hvd
+sgd = keras.optimizers.SGD
+for bad, error in (({"backward_passes_per_step": 2}, ValueError), ({"nonsense": 1}, TypeError)):
+    try:
+        hvd.DistributedOptimizer(sgd(), **bad)
+    except error as err:
+        print("refused:", err)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    hvd.DistributedOptimizer(sgd(), compression=hvd.Compression.fp16)
+print("warned:", [str(w.message) for w in caught if "ringtrain" in str(w.message)])
+wrapped = hvd.DistributedOptimizer(sgd(), gradient_predivide_factor=2.0)
+print("config:", wrapped.get_config()["ringtrain"])
+"""
+    env = dict(os.environ, KERAS_BACKEND="torch")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "refused: backward_passes_per_step=2: only 1 is supported on the torch backend" in out
+    assert "refused: DistributedOptimizer() got unexpected arguments ['nonsense']" in out
+    assert "compression 'fp16' is not applied on the torch backend" in out, out
+    assert "'gradient_predivide_factor': 2.0" in out and "'hand_over_in_backprop': True" in out
