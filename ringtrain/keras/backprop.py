@@ -29,12 +29,11 @@ class BackpropSubmissions:
     def __init__(self, variables, start, site, process_set=None):
         self._process_set = process_set
         self._submitted: dict[int, object] = {}  # id(variable) -> handle, since ``take``
-        self._hooks = []
         for entry, variable in enumerate(variables):
             parameter = variable.value
             if parameter.requires_grad:
                 hook = self._hook(variable, start(part_name(site, entry)))
-                self._hooks.append(parameter.register_post_accumulate_grad_hook(hook))
+                parameter.register_post_accumulate_grad_hook(hook)
 
     def _hook(self, variable, submit):
         key = id(variable)
@@ -61,9 +60,3 @@ class BackpropSubmissions:
         if taken:
             withdraw(list(taken.values()), self._process_set)
         return mine
-
-    def remove(self) -> None:
-        """Remove the hooks."""
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
