@@ -144,19 +144,31 @@ def run(args) -> int:
         return train_cluster.run(args)
     rows = []
     for model in args.models.split(","):
-        model = model.strip()
-        rounds = []
-        for k in range(1, args.rounds + 1):
-            rounds.append(_measure_round(args, model))
-            # Each round as it ends: a long run that fails later still shows what it measured.
-            rates = ", ".join(f"{name} {rate:.0f}" for name, rate in rounds[-1]["rates"].items())
-            print(f"{model} round {k}/{args.rounds}, samples/s: {rates}", flush=True)
-        rows.extend(summarize(model, rounds, args.batch))
+        rounds = measure_rounds(args, model.strip(), _measure_round)
+        rows.extend(summarize(model.strip(), rounds, args.batch))
     print_rows(rows, args.np, args.inter_op_threads, args.rounds)
+    write_json(args, rows)
+    return 0
+
+
+def measure_rounds(args, model, measure) -> list:
+    """Return ``measure(args, model)`` of each of ``args.rounds`` rounds, printing each's rates.
+
+    Each round as it ends: a long run that fails later still shows what it measured.
+    """
+    rounds = []
+    for k in range(1, args.rounds + 1):
+        rounds.append(measure(args, model))
+        rates = ", ".join(f"{name} {rate:.0f}" for name, rate in rounds[-1]["rates"].items())
+        print(f"{model} round {k}/{args.rounds}, samples/s: {rates}", flush=True)
+    return rounds
+
+
+def write_json(args, rows) -> None:
+    """Write ``rows`` as JSON to ``args.json``, where it names a file."""
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
-    return 0
 
 
 # -- the orchestrating process ---------------------------------------------------------

@@ -25,7 +25,14 @@ import time
 import numpy as np
 
 from ringtrain import affinity, settings
-from ringtrain.bench.train import _MARK, _model_and_data, _runner, launch
+from ringtrain.bench.train import (
+    _MARK,
+    _model_and_data,
+    _runner,
+    launch,
+    measure_rounds,
+    write_json,
+)
 
 BACKENDS = ("jax", "torch")
 
@@ -34,17 +41,9 @@ def run(args) -> int:
     """Run every contender on every model; print the table."""
     rows = []
     for model in args.models.split(","):
-        model = model.strip()
-        rounds = []
-        for k in range(1, args.rounds + 1):
-            rounds.append(_measure_round(args, model))
-            rates = ", ".join(f"{name} {rate:.0f}" for name, rate in rounds[-1]["rates"].items())
-            print(f"{model} round {k}/{args.rounds}, samples/s: {rates}", flush=True)
-        rows.extend(summarize(model, rounds))
+        rows.extend(summarize(model.strip(), measure_rounds(args, model.strip(), _measure_round)))
     print_rows(rows, args)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args, rows)
     return 0
 
 
