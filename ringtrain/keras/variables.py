@@ -12,7 +12,6 @@ from ringtrain.dtypes import SUPPORTED
 from ringtrain.exchange import DENSE, Handover, Part, broadcaster, set_site
 from ringtrain.keras import bridges
 from ringtrain.keras.labels import variable_label
-from ringtrain.ops import Average
 
 _ENGINE_DTYPES = frozenset(np.dtype(d) for d in SUPPORTED)
 
@@ -53,12 +52,11 @@ def _on_wire(array):
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None):
     """Return ``value`` (any tensor-like) reduced over all ranks (default op Average), as NumPy."""
-    array = _array(value)
     return api.allreduce(
-        array,
+        _array(value),
         average=average,
         name=name,
-        op=op if op is not None or average is not None else Average,
+        op=op,
         prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
     )
