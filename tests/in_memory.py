@@ -197,12 +197,10 @@ class MemoryTransport:
                 self._send(dest, array)
         return [array if r == self.rank else self._receive(r, what) for r in range(self.size)]
 
-    def allreduce(self, src, dst, op, postscale=1.0, compression=None) -> int:
+    def allreduce(self, src, dst, op, postscale=1.0, codec=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst``, times ``postscale``."""
-        if compression is not None:
-            raise ValueError(
-                f"the in-memory transport carries no {compression} wire; reduce float32"
-            )
+        if codec is not None:
+            raise ValueError(f"the in-memory transport carries no {codec} wire; reduce float32")
         if self.size == 1:
             copy_scaled(src, dst, postscale)
             return time.perf_counter_ns()
@@ -213,10 +211,10 @@ class MemoryTransport:
         cpu.reduce(dst, total, parts[-1], op, postscale)
         return time.perf_counter_ns()
 
-    def allreduce_new(self, src, op, postscale, new, read_only, compression=None):
+    def allreduce_new(self, src, op, postscale, new, read_only, codec=None):
         """Reduce ``src`` into ``new(len(src))``; return it and the time it ended."""
         result = new(len(src))
-        return result, self.allreduce(src, result, op, postscale, compression)
+        return result, self.allreduce(src, result, op, postscale, codec)
 
     def reduce_scatter(self, src, dst, op, postscale, bounds) -> int:
         """Reduce ``src`` into the whole of ``dst`` (this rank's part of it included)."""

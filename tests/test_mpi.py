@@ -224,7 +224,7 @@ def test_init_on_rank_lists_and_user_communicators(np):
     check("check_init.py", np)
 
 
-@pytest.mark.parametrize("np", [2, 3])
+@pytest.mark.parametrize("np", [1, 2, 3])
 def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
     check("check_device_arrays.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
 

@@ -1,7 +1,11 @@
 """The pure rule that picks each collective's transport, without MPI."""
 
+import itertools
+
 import pytest
 
+from ringtrain.transport import routes
+from ringtrain.transport.calls import Memory
 from ringtrain.transport.choice import (
     ATTACH_ABOVE_BYTES,
     LEADERS_FROM_BYTES,
@@ -15,6 +19,7 @@ from ringtrain.transport.choice import (
 )
 
 MiB = 1 << 20
+_ALLREDUCE = Collective.ALLREDUCE
 ONE_HOST = Capabilities(size=2, shared_bytes=4 * MiB, attach_below=64 * MiB, core_each=True)
 
 
@@ -109,3 +114,57 @@ def test_a_compressed_allreduce_goes_where_it_crosses_a_link():
 def test_only_allreduce_is_compressed():
     with pytest.raises(ValueError, match="only allreduce sends 16-bit values.*reduce_scatter"):
         choose(Collective.REDUCE_SCATTER, 8, True, ONE_HOST, True)
+
+
+def test_device_memory_is_staged_through_the_host_unless_nothing_crosses():
+    for collective in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
+        for capabilities in (ONE_HOST, Capabilities(size=4, hierarchical=True)):
+            assert choose(collective, 8, False, capabilities, device=True) is Route.STAGED
+        assert choose(collective, 0, False, ONE_HOST, device=True) is Route.LOCAL
+        assert choose(collective, 8, False, Capabilities(size=1), device=True) is Route.LOCAL
+    assert choose(Collective.ALLREDUCE, 8, False, ONE_HOST, True, True) is Route.STAGED
+
+
+@pytest.mark.parametrize(
+    "collective",
+    [Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLTOALL, Collective.ADASUM],
+)
+def test_only_reductions_take_device_memory(collective):
+    with pytest.raises(ValueError, match=f"{collective.value} takes host memory only"):
+        choose(collective, 8, False, ONE_HOST, device=True)
+
+
+# The route object that carries each ``Route`` (as ``router.Transport`` builds them).
+_CARRIERS = {
+    Route.LOCAL: routes.LocalRoute,
+    Route.MESSAGES: routes.MessagesRoute,
+    Route.RING: routes.MessagesRoute,
+    Route.SHARED: routes.SharedRoute,
+    Route.ATTACH: routes.AttachRoute,
+    Route.HIERARCHICAL: routes.HierarchicalRoute,
+    Route.STAGED: routes.StagedRoute,
+}
+
+
+def test_every_route_the_rule_picks_declares_that_collective_and_that_memory():
+    jobs = [
+        ONE_HOST,
+        Capabilities(size=1),
+        Capabilities(size=3),
+        Capabilities(size=2, shared_bytes=4 * MiB),
+        Capabilities(size=4, hierarchical=True, across_hosts=True),
+        Capabilities(size=4, across_hosts=True),
+    ]
+    picked = set()
+    for capabilities, collective, nbytes, host, compressed, device in itertools.product(
+        jobs, Collective, (0, 1, 3 * MiB, 5 * MiB, 64 * MiB), *[(False, True)] * 3
+    ):
+        reduces = collective in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER)
+        if (device and (host or not reduces)) or (compressed and collective is not _ALLREDUCE):
+            continue  # calls that are refused, or that cannot be
+        route = choose(collective, nbytes, host, capabilities, compressed, device)
+        carrier = _CARRIERS[route]
+        assert collective in carrier.collectives, (route, collective)
+        assert (Memory.DEVICE if device else Memory.HOST) in carrier.memory, (route, device)
+        picked.add(route)
+    assert picked == set(Route)

@@ -1,5 +1,6 @@
 """Carries out the coordinator's responses on one rank, moving data only through its transport."""
 
+import functools
 import math
 
 import numpy as np
@@ -82,8 +83,10 @@ class Executor:
                 name, _, shape, array, out = unit.members[0]
                 reduction, read_only = plan.reduction, unit.read_only
                 results = [self._in_place(name, shape, array, out, plan.wire, reduction, read_only)]
+            elif backend is _CPU:
+                results = self._fused(unit, plan)
             else:
-                results = self._fused(unit, plan, backend)
+                results = self._on_device(unit, plan, backend)
             if len(plan.units) == 1 and unit.present:  # every member's result, in order
                 self._finish_average(plan.reduction, results)
                 return results if plan.one_each else planner.regroup(requests, results)
@@ -136,80 +139,126 @@ class Executor:
             source = self._pool.get("fusion", source.size, wire)
             _CPU.pack([array], source, [0], reduction.prescale)
         packed = tl.now_ns()
-        op, postscale, compression = reduction.op, reduction.postscale, reduction.compression
+        op, postscale, codec = reduction.op, reduction.postscale, reduction.codec
         if out is not None:
             result = out
-            reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale, compression)
+            reduced = self.transport.allreduce(source, out.reshape(-1), op, postscale, codec)
         else:
             flat, reduced = self.transport.allreduce_new(
-                source, op, postscale, self._results.factory(wire), read_only, compression
+                source, op, postscale, self._results.factory(wire), read_only, codec
             )
             result = flat.reshape(shape)
         gathered = tl.now_ns()
         self._spans([name], start, packed, reduced, gathered, gathered)
         return result
 
-    def _fused(self, unit, plan, backend):
-        """Reduce ``unit`` (of ``plan``) through one fusion buffer; return its members' results.
+    def _fused(self, unit, plan):
+        """Reduce host ``unit`` (of ``plan``) through one fusion buffer; return its results.
 
         A joined rank's members get None.
         """
         op, prescale, postscale = plan.reduction[:3]
-        compression = plan.reduction.compression
-        wire = plan.wire
+        codec, wire = plan.reduction.codec, plan.wire
         start = tl.now_ns()
         # Every member laid end to end, each aligned so that its slice of the result is
         # too; what lies between is unused.
-        host = self._pool.get("fusion", unit.total, wire)
-        if unit.present:
-            here, source_offsets, ends = unit.members, unit.offsets, unit.ends
-        else:
-            here, source_offsets, ends = [], [], []
-            for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
-                if member.request is None:
-                    host[off:end] = plan.fill
-                else:
-                    here.append(member)
-                    source_offsets.append(off)
-                    ends.append(end)
-        sources = [member.array for member in here]
-        # A device tensor that goes alone and needs no widening or scaling is copied to the
-        # host as it is: no staging buffer, and no pack or unpack launch.
-        copied = backend is not _CPU and not unit.fused and plan.dtype == wire and prescale == 1
-        if copied:
-            staging = None
-            if len(host):
-                backend.to_host(sources[0], host.reshape(sources[0].shape))
-        else:
-            staging = host if backend is _CPU else backend.empty(len(host), wire)
-            backend.pack(sources, staging, source_offsets, prescale)
-        staged = staging is not None and staging is not host and len(host) > 0
-        if staged:
-            backend.to_host(staging, host)
+        buffer = self._pool.get("fusion", unit.total, wire)
+        here, offsets, ends = self._present(unit, plan, buffer)
+        _CPU.pack([member.array for member in here], buffer, offsets, prescale)
         packed = tl.now_ns()
         if plan.host_results:
             # The ring writes straight into one new array whose slices are the results: no
             # copy out of the fusion buffer.
             result, reduced = self.transport.allreduce_new(
-                host, op, postscale, self._results.factory(wire), unit.read_only, compression
+                buffer, op, postscale, self._results.factory(wire), unit.read_only, codec
             )
             gathered = tl.now_ns()
-            outputs = _slices(result, source_offsets, ends, here, unit.flat)
+            outputs = _slices(result, offsets, ends, here, unit.flat)
         else:
-            reduced = self.transport.allreduce(host, host, op, postscale, compression)
+            reduced = self.transport.allreduce(buffer, buffer, op, postscale, codec)
             gathered = tl.now_ns()
-            if staged:
-                backend.to_device(host, staging)
             outputs = [
-                m.out if m.out is not None else backend.empty(m.shape, plan.dtype) for m in here
+                m.out if m.out is not None else _CPU.empty(m.shape, plan.dtype) for m in here
             ]
-            if not copied:
-                backend.unpack(staging, source_offsets, outputs, 1.0)
-            elif len(host):
-                backend.to_device(host.reshape(outputs[0].shape), outputs[0])
+            _CPU.unpack(buffer, offsets, outputs, 1.0)
+        return self._unit_results(unit, here, outputs, (start, packed, reduced, gathered))
+
+    def _on_device(self, unit, plan, backend):
+        """Reduce GPU ``unit`` (of ``plan``) through one device buffer; return its results.
+
+        The members are packed on the GPU by one launch (a lone one that needs no widening
+        or scaling is reduced where it lies), the transport carries the buffer (through the
+        host, once each way), and the results are slices of one device array: the reduced
+        buffer itself where no member narrows, else one unpack launch into the tensors'
+        dtype. Members with an ``out`` are unpacked into it by one more launch.
+        """
+        op, prescale, postscale = plan.reduction[:3]
+        codec, wire = plan.reduction.codec, plan.wire
+        start = tl.now_ns()
+        if not unit.fused and unit.present and plan.dtype == wire and prescale == 1:
+            here, offsets, ends = unit.members, (0,), (unit.ends[0] - unit.offsets[0],)
+            buffer = here[0].array.reshape(-1)
+        else:
+            buffer = backend.empty(unit.total, wire)
+            here, offsets, ends = self._present(unit, plan, buffer, backend)
+            backend.pack([member.array for member in here], buffer, offsets, prescale)
+        packed = tl.now_ns()
+        new = functools.partial(backend.empty, dtype=wire)
+        reduced_values, reduced = self.transport.allreduce_new(
+            buffer, op, postscale, new, False, codec
+        )
+        gathered = tl.now_ns()
+        result = reduced_values
+        if plan.dtype != wire:
+            result = backend.empty(len(reduced_values), plan.dtype)
+            backend.unpack(reduced_values, [0], [result], 1.0)
+        outputs = [None] * len(here)
+        sliced = []
+        for i, (member, lo, hi) in enumerate(zip(here, offsets, ends, strict=True)):
+            if member.out is not None:
+                sliced.append(i)
+            else:
+                outputs[i] = result[lo:hi].reshape(member.shape)
+        if sliced:
+            outs = [here[i].out for i in sliced]
+            backend.unpack(reduced_values, [offsets[i] for i in sliced], outs, 1.0)
+            for i, out in zip(sliced, outs, strict=True):
+                outputs[i] = out
+        return self._unit_results(unit, here, outputs, (start, packed, reduced, gathered))
+
+    def _present(self, unit, plan, buffer, backend=_CPU):
+        """Return ``unit``'s members that this rank holds, with their offsets and ends.
+
+        Where a member is missing (its rank has joined), ``buffer`` holds ``plan.fill``
+        there, what leaves the reduction unchanged.
+        """
+        if unit.present:
+            return unit.members, unit.offsets, unit.ends
+        if backend is _CPU:
+            filled = buffer
+        else:
+            filled = np.empty(len(buffer), buffer.dtype)
+        here, offsets, ends = [], [], []
+        for member, off, end in zip(unit.members, unit.offsets, unit.ends, strict=True):
+            if member.request is None:
+                filled[off:end] = plan.fill
+            else:
+                here.append(member)
+                offsets.append(off)
+                ends.append(end)
+        if filled is not buffer:
+            backend.to_device(filled, buffer)
+        return here, offsets, ends
+
+    def _unit_results(self, unit, here, outputs, times):
+        """Return ``unit``'s results from those of the members ``here``; write its spans.
+
+        ``times`` are when the unit started, was packed, reduced and gathered. A joined
+        rank's members get None.
+        """
         if self.timeline is not None:
             names = list(dict.fromkeys(member.name for member in unit.members))
-            self._spans(names, start, packed, reduced, gathered, tl.now_ns())
+            self._spans(names, *times, tl.now_ns())
         if unit.present:
             return outputs
         produced = iter(outputs)

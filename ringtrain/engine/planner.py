@@ -20,6 +20,8 @@ from ringtrain.dtypes import by_name, is_integer, reduction_dtype
 from ringtrain.engine.messages import member_shapes
 from ringtrain.engine.results import shareable
 from ringtrain.ops import ReduceOp, as_reduce_op
+from ringtrain.transport import codec as codecs
+from ringtrain.transport.codec import WireCodec
 from ringtrain.transport.messages import displacements
 
 
@@ -41,8 +43,8 @@ class Reduction(typing.NamedTuple):
 
     Average becomes Sum: a float Average divides through ``postscale``, an integer one
     divides its results by ``contributors`` afterwards, truncating toward zero as Horovod
-    and C do (``truncating_divide``). ``compression``: the 16-bit dtype that partial sums
-    cross the link in, or None.
+    and C do (``truncating_divide``). ``codec``: the ``transport.codec.WireCodec`` that
+    partial sums cross the link through, or None.
     """
 
     op: ReduceOp
@@ -50,7 +52,7 @@ class Reduction(typing.NamedTuple):
     postscale: float
     contributors: int
     truncating_divide: bool
-    compression: np.dtype | None = None
+    codec: WireCodec | None = None
 
 
 def reduction(meta, contributors: int) -> Reduction:
@@ -64,8 +66,8 @@ def reduction(meta, contributors: int) -> Reduction:
             truncating_divide = True
         else:
             postscale = postscale / contributors
-    wire = by_name(meta.compression) if meta.compression else None
-    return Reduction(op, meta.prescale, postscale, contributors, truncating_divide, wire)
+    codec = codecs.by_name(meta.compression)
+    return Reduction(op, meta.prescale, postscale, contributors, truncating_divide, codec)
 
 
 class Member(typing.NamedTuple):

@@ -11,8 +11,9 @@ the same functions, so the executor and the transports never ask which one they 
 - ``reduce_to_wire(wire, a, b, op, scale=1.0)``: ``wire[:] = op(a, b) * scale`` rounded to
   16 bits, where ``a`` is float32 and ``wire`` and ``b`` are float16 or bfloat16 (``b``
   widened exactly): one hop of a ring that sends 16-bit partial sums.
-- ``empty(shape, dtype)``, ``to_host(device_array, host_array)``, ``to_device(host_array,
-  device_array)``: allocate a buffer and stage it through host memory for MPI.
+- ``empty(shape, dtype)``, ``pinned_empty(nbytes)``, ``to_host(device_array, host_array)``,
+  ``to_device(host_array, device_array)``: allocate a buffer, and host bytes (page-locked
+  on a GPU) to stage it through for MPI.
 
 Integer data accepts only ``scale == 1.0``; so do 16-bit floats copied into a 16-bit buffer,
 which is moved bit for bit (scale them through a float32 buffer instead).

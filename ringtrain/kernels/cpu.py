@@ -331,6 +331,11 @@ def empty(shape, dtype):
     return aligned_empty(shape, dtype)
 
 
+def pinned_empty(nbytes):
+    """Return ``nbytes`` uninitialized host bytes to stage device data in (plain ones here)."""
+    return aligned_empty(nbytes, np.uint8)
+
+
 def to_host(device_array, host_array):
     """Copy ``device_array`` into ``host_array``; on the CPU both are NumPy arrays."""
     np.copyto(host_array, device_array)

@@ -167,6 +167,11 @@ def empty(shape, dtype):
     return cuda.device_array(shape, dtype=dtype)
 
 
+def pinned_empty(nbytes):
+    """Return ``nbytes`` uninitialized page-locked host bytes, which copy to and from a GPU fast."""
+    return cuda.pinned_array(nbytes, dtype=np.uint8)
+
+
 def to_host(device_array, host_array):
     """Copy ``device_array`` into the NumPy array ``host_array``, waiting for queued kernels."""
     _bits(_device_array(device_array)).copy_to_host(_bits(host_array))

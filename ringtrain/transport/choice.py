@@ -39,6 +39,9 @@ Measured (docs/benchmarks.md), the rules are:
   two were level. On one host MPI's own is faster at every size (-np 2, 1 MiB from each
   rank: 190 us against 757 us). ``bench allreduce --allgather`` through ``bench cluster``
   times the result against a blocking ``MPI_Allgather`` (docs/benchmarks.md).
+- Reductions of arrays in GPU memory cross to the host once and back once (``STAGED``),
+  and between those copies the host's route, by the rules above, carries the host copy.
+  Other collectives take host memory only.
 - Everything else, and broadcast, alltoall and Adasum always: MPI messages.
 """
 
@@ -70,6 +73,7 @@ class Route(enum.Enum):
     SHARED = "shared"  # ringtrain.transport.shared
     ATTACH = "attach"  # ringtrain.transport.attach
     HIERARCHICAL = "hierarchical"  # ringtrain.transport.hierarchical
+    STAGED = "staged"  # device memory through a host copy (ringtrain.transport.routes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,22 +117,28 @@ def choose(
     host: bool,
     capabilities: Capabilities,
     compressed: bool = False,
+    device: bool = False,
 ) -> Route:
     """Return the route of one call of ``collective`` over ``nbytes`` (see the module docstring).
 
     ``host``: its input, and its output where one is given, are C-contiguous host (NumPy)
     arrays, which a peer can read by address. ``compressed``: an allreduce whose partial
-    sums cross the link as 16-bit values.
+    sums cross the link as 16-bit values. ``device``: its arrays are in GPU memory.
     """
+    reduces = collective in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER)
+    if device and not reduces:
+        raise ValueError(f"{collective.value} takes host memory only, not device arrays")
     if collective is Collective.ALLGATHER:
         ring = capabilities.across_hosts and nbytes >= RING_ALLGATHER_BYTES
         return Route.RING if ring else Route.MESSAGES
-    if collective not in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
+    if not reduces:
         return Route.MESSAGES
     if compressed and collective is not Collective.ALLREDUCE:
         raise ValueError(f"only allreduce sends 16-bit values on the wire, not {collective.value}")
     if capabilities.size == 1 or nbytes == 0:
         return Route.LOCAL
+    if device:
+        return Route.STAGED
     if capabilities.hierarchical:
         return Route.HIERARCHICAL if collective is Collective.ALLREDUCE else Route.MESSAGES
     if compressed:

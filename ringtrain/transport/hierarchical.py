@@ -23,7 +23,6 @@ as long for 16 MiB as with spinning ones.
 
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 from ringtrain.ops import ReduceOp
@@ -52,21 +51,21 @@ class HierarchicalAllreduce:
             peers = [r for r in range(comm.Get_size()) if _position(topology.hosts, r) == position]
             self.across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, peers)
 
-    def allreduce(self, src, dst, op: ReduceOp, postscale: float, compression=None) -> int:
+    def allreduce(self, src, dst, op: ReduceOp, postscale: float, codec=None) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
-        ``compression`` (a 16-bit dtype, or None) applies to the rings across hosts only: the
-        steps within each host stay in ``src``'s dtype. Returns the ``perf_counter_ns`` time
+        ``codec`` (``codec.WireCodec``, or None) applies to the rings across hosts only:
+        the steps within each host stay in ``src``'s dtype. Returns the ``perf_counter_ns`` time
         at which this rank's reduction across hosts ended.
         """
         if self._host_count == 1:  # one host (of several ranks): its ring is the allreduce
             local = self._local
             return local.ring(src, dst, op, postscale, _bounds(dst, local.size), True)
         if self._split:
-            return self._split_by_rank(src, dst, op, postscale, compression)
-        return self._through_leaders(src, dst, op, postscale, compression)
+            return self._split_by_rank(src, dst, op, postscale, codec)
+        return self._through_leaders(src, dst, op, postscale, codec)
 
-    def _split_by_rank(self, src, dst, op, postscale, compression) -> int:
+    def _split_by_rank(self, src, dst, op, postscale, codec) -> int:
         """Each rank reduces its segment from the host's, rings it across hosts, shares it.
 
         The steps within the host run chunk by chunk beside the ring (``owners``).
@@ -74,10 +73,10 @@ class HierarchicalAllreduce:
         local, across = self._local, self.across
         hosts = self._host_count
         if local.size == 1:
-            return across.ring(src, dst, op, postscale, _bounds(dst, hosts), True, compression)
-        wire = dst.dtype if compression is None else np.dtype(compression)
-        bounds = _owned(len(dst), local.size, through_leaders(len(dst) * wire.itemsize))
-        chunk = across.chunk_elements(dst.dtype, compression)
+            return across.ring(src, dst, op, postscale, _bounds(dst, hosts), True, codec)
+        wire_bytes = dst.nbytes if codec is None else codec.wire_bytes(len(dst))
+        bounds = _owned(len(dst), local.size, through_leaders(wire_bytes))
+        chunk = across.chunk_elements(dst.dtype, codec)
         # The ring of each local rank's segment runs at this host's place in it: across.rank.
         pieces = [owners.segment_pieces(across.rank, hosts, lo, hi, chunk) for lo, hi in bounds]
         exchange = owners.Exchange(local, src, dst, pieces, self._waiter)
@@ -91,7 +90,7 @@ class HierarchicalAllreduce:
                 local, src[lo:hi], segment, op, reads, self._pool, self._waiter, exchange.advance
             )
             reduced = across.ring(
-                segment, segment, op, postscale, _bounds(segment, hosts), True, compression, feed
+                segment, segment, op, postscale, _bounds(segment, hosts), True, codec, feed
             )
         # The others' results first: a rank may post their receives only now, and each waits
         # for its own to be received (tests/mpi/check_late_results.py).
@@ -100,7 +99,7 @@ class HierarchicalAllreduce:
             feed.finish()
         return reduced
 
-    def _through_leaders(self, src, dst, op, postscale, compression) -> int:
+    def _through_leaders(self, src, dst, op, postscale, codec) -> int:
         """Allreduce within the host, ring across the hosts' first ranks, send out within."""
         local, across = self._local, self.across
         if local.size > 1:
@@ -108,9 +107,7 @@ class HierarchicalAllreduce:
             src = dst
         reduced = time.perf_counter_ns()
         if across is not None:
-            reduced = across.ring(
-                src, dst, op, postscale, _bounds(dst, across.size), True, compression
-            )
+            reduced = across.ring(src, dst, op, postscale, _bounds(dst, across.size), True, codec)
         if local.size > 1:
             local.broadcast_chunks(dst, 0)
         return reduced

@@ -75,29 +75,29 @@ class MessageTransport:
         self._left = (self.rank - 1) % self.size
         self._link_rate = None  # bytes/s of this rank's last timed ring sends (None: none yet)
 
-    def ring(self, src, dst, op, postscale, bounds, allgather, compression=None, feed=None) -> int:
+    def ring(self, src, dst, op, postscale, bounds, allgather, codec=None, feed=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
         ``dst[bounds[rank]]`` gets this rank's reduced segment; with ``allgather``, every
-        segment. With ``compression`` (float16 or bfloat16, for float32 data) the chunks
-        cross as 16-bit values (``_Wire``). A ``feed`` (``owners.OwnerFeed``) fills each
+        segment. With a ``codec`` (``codec.WireCodec``, for float32 data) the chunks cross
+        in its wire type. A ``feed`` (``owners.OwnerFeed``) fills each
         piece of ``src`` just before the ring first reads it, and takes each piece of ``dst``
         as soon as it is final. Returns the ``perf_counter_ns`` time at which the
         reduce-scatter part ended.
         """
         steps = schedule.ring_steps(self.rank, self.size, allgather)
-        return self._ring(src, dst, op, postscale, bounds, steps, compression, feed)
+        return self._ring(src, dst, op, postscale, bounds, steps, codec, feed)
 
-    def chunk_elements(self, dtype, compression=None) -> int:
+    def chunk_elements(self, dtype, codec=None) -> int:
         """Return the elements of one chunk of a ring on ``dtype`` data (see ``ring``).
 
         An uncompressed ring cuts ``link_chunk_bytes``; a compressed one ``chunk_bytes``,
         because smaller chunks made it slower (docs/benchmarks.md, 16-bit values). A ring
         without a feed cuts small segments finer (``piece_elements``).
         """
-        if compression is None:
+        if codec is None:
             return max(1, self.link_chunk_bytes // np.dtype(dtype).itemsize)
-        return max(1, self.chunk_bytes // np.dtype(np.uint16).itemsize)
+        return codec.chunk_elements(self.chunk_bytes)
 
     def allgather_ring(self, array, bounds) -> None:
         """Give every rank each rank r's ``array[bounds[r]]`` (1-D, in place): a ring's allgather.
@@ -108,12 +108,12 @@ class MessageTransport:
             steps = schedule.ring_steps(self.rank, self.size)[self.size - 1 :]
             self._ring(array, array, None, 1.0, bounds, steps)
 
-    def _ring(self, src, dst, op, postscale, bounds, steps, compression=None, feed=None) -> int:
+    def _ring(self, src, dst, op, postscale, bounds, steps, codec=None, feed=None) -> int:
         """Run ``steps`` of the ring (``schedule.ring_steps``); see ``ring``."""
         backend = kernels.backend_for(dst)
-        wire = None if compression is None else _Wire(self._pool, backend, src, dst, compression)
+        wire = None if codec is None else codec.open(self._pool, backend, src, dst)
         scratch_dtype = dst.dtype if wire is None else wire.bits.dtype
-        chunk = self.chunk_elements(dst.dtype, compression)
+        chunk = self.chunk_elements(dst.dtype, codec)
         if feed is None:
             longest = max((hi - lo for lo, hi in bounds), default=0)
             chunk = piece_elements(chunk, longest, scratch_dtype.itemsize)
@@ -142,7 +142,7 @@ class MessageTransport:
         # A send whose source region a later allgather receive overwrites must finish before
         # that receive is posted: ``hazard`` is the number of the last such send. Those are
         # the reduce-scatter's forwards, and the first sends when the data is reduced in
-        # place (or goes through the 16-bit copy, which receives overwrite). They precede
+        # place (or goes through the wire buffer, which receives overwrite). They precede
         # every allgather forward in the queue, so waiting for them never waits on a
         # receive that this rank has yet to post. An allgather alone receives each segment
         # once, into a region nothing sends from.
@@ -343,40 +343,6 @@ class _SendQueue:
         """Move the queue on; return True once MPI ``request`` (a receive) has completed."""
         self.progress()
         return request.Test()
-
-
-class _Wire:
-    """The 16-bit side of a compressed ring: what crosses the link, at ``dst``'s offsets.
-
-    ``bits`` (uint16, as long as ``src``) holds what this rank sends and receives. A hop
-    adds the received 16-bit partial sum, widened, to this rank's float32 ``src`` and rounds
-    the sum to 16 bits for the next hop. The owner of a segment rounds its finished sum too
-    and keeps the rounded value, so every rank ends with the bits that the allgather hands
-    round. MPI sees only uint16 (mpi4py knows no bfloat16).
-    """
-
-    def __init__(self, pool, backend, src, dst, dtype):
-        self.bits = pool.get("ring-wire", len(src), np.uint16)
-        self._values = self.bits.view(dtype)
-        self._backend, self._src, self._dst = backend, src, dst
-
-    def narrow(self, lo, hi):
-        """Round ``src[lo:hi]`` to 16 bits and return them, to send."""
-        self._backend.unpack(self._src[lo:hi], [0], [self._values[lo:hi]])
-        return self.bits[lo:hi]
-
-    def reduce(self, lo, hi, received, op, scale, finished):
-        """Round ``op(src[lo:hi], received) * scale`` into the bits; ``finished``: into dst too."""
-        values = self._values[lo:hi]
-        self._backend.reduce_to_wire(
-            values, self._src[lo:hi], received.view(values.dtype), op, scale
-        )
-        if finished:
-            self.widen(lo, hi)
-
-    def widen(self, lo, hi):
-        """Write the 16-bit values at ``[lo, hi)`` into ``dst``, exactly, as float32."""
-        self._backend.pack([self._values[lo:hi]], self._dst[lo:hi], [0])
 
 
 def piece_elements(chunk: int, longest: int, itemsize: int) -> int:

@@ -1,23 +1,25 @@
 """The transport seam: the one object through which an engine moves tensor data.
 
 ``Transport`` offers every collective the engine runs (allreduce, reduce-scatter,
-allgather, broadcast, alltoall, Adasum) over one private communicator, and carries each
-call by the route that the pure rule ``ringtrain.transport.choice.choose`` picks: MPI
-messages, the host's shared-memory ring, the ring that reads peers' memory in place, or
-the hierarchical composition.
+allgather, broadcast, alltoall, Adasum) over one private communicator. Each method builds
+its call (``calls``), the pure rule ``ringtrain.transport.choice.choose`` picks its route
+once, and the route object (``routes``) carries it: MPI messages, the host's shared-memory
+ring, the ring that reads peers' memory in place, the hierarchical composition, or, for
+GPU memory, a copy through the host and back.
 """
 
 import functools
 import os
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from ringtrain.buffers import BufferPool
+from ringtrain.kernels import is_device_array
 from ringtrain.ops import ReduceOp
 from ringtrain.transport import schedule
 from ringtrain.transport.attach import AttachRing
+from ringtrain.transport.calls import Adasum, Allgather, Alltoall, Broadcast, Carried, Reduce
 from ringtrain.transport.choice import (
     Capabilities,
     Collective,
@@ -27,13 +29,21 @@ from ringtrain.transport.choice import (
 )
 from ringtrain.transport.hierarchical import HierarchicalAllreduce
 from ringtrain.transport.link_chunk import LinkChunkChoice
-from ringtrain.transport.local import copy_scaled
 from ringtrain.transport.messages import MessageTransport
 from ringtrain.transport.progress import Waiter
+from ringtrain.transport.routes import (
+    AttachRoute,
+    HierarchicalRoute,
+    LocalRoute,
+    MessagesRoute,
+    SharedRoute,
+    StagedRoute,
+)
 from ringtrain.transport.shared import SharedRegions, SharedRing
 
 _ALLREDUCE = Collective.ALLREDUCE
 _REDUCE_SCATTER = Collective.REDUCE_SCATTER
+_CROSSING = frozenset({Route.MESSAGES, Route.HIERARCHICAL})  # rings whose chunk is tried
 
 
 class Transport:
@@ -93,37 +103,45 @@ class Transport:
             hierarchical=hierarchical,
             across_hosts=not topology.one_host,
         )
+        self._routes = self._build_routes()
 
-    def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0, compression=None) -> int:
+    def _build_routes(self) -> dict:
+        """Return the route object of every ``choice.Route`` this job can take."""
+        routes = {
+            Route.LOCAL: LocalRoute(),
+            Route.MESSAGES: MessagesRoute(self.messages),
+            Route.RING: MessagesRoute(self.messages, ring_allgather=True),
+            Route.STAGED: StagedRoute(self.run),
+        }
+        if self.hierarchical is not None:
+            routes[Route.HIERARCHICAL] = HierarchicalRoute(self.hierarchical)
+        if self.shared is not None:
+            routes[Route.SHARED] = SharedRoute(self.shared)
+        if self.attach is not None:
+            routes[Route.ATTACH] = AttachRoute(self.shared, self.attach)
+        return routes
+
+    def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0, codec=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 
-        Every rank must call this with the same length, dtype, op and ``compression``: None,
-        or the 16-bit dtype (float16, bfloat16) that a float32 reduction's partial sums
-        cross the link in. Every rank ends with bitwise-identical ``dst``. Returns the
+        Every rank must call this with the same length, dtype, op and ``codec``: None, or
+        the ``codec.WireCodec`` that a float32 reduction's partial sums cross the link
+        through. Every rank ends with bitwise-identical ``dst``. Returns the
         ``perf_counter_ns`` time at which this rank's reduce-scatter part ended (the
         allgather part overlaps its tail).
         """
         bounds = _even_bounds(len(src), self.size)
-        return self._reduce(_ALLREDUCE, src, dst, op, postscale, bounds, compression)
+        return self.run(Reduce(_ALLREDUCE, src, dst, op, postscale, bounds, codec)).reduced_ns
 
-    def allreduce_new(
-        self, src, op: ReduceOp, postscale: float, new, read_only: bool, compression=None
-    ):
+    def allreduce_new(self, src, op: ReduceOp, postscale: float, new, read_only: bool, codec=None):
         """Reduce 1-D ``src`` as ``allreduce`` does, into a new array; return it and the time.
 
         The result is ``new(len(src))``, or, when every rank passes ``read_only`` and the
         call runs through either ring of the host, a read-only array that its ranks share.
         """
-        host = _host_contiguous(src)
-        route = choose(_ALLREDUCE, src.nbytes, host, self.capabilities, compression is not None)
         bounds = _even_bounds(len(src), self.size)
-        if route is Route.SHARED:
-            return self.shared.run(src, None, op, postscale, bounds, True, new, read_only)
-        if route is Route.ATTACH:
-            call = self.shared.take_call()
-            return self.attach.run(src, None, op, postscale, bounds, True, call, new, read_only)
-        result = new(len(src))
-        return result, self._reduce(_ALLREDUCE, src, result, op, postscale, bounds, compression)
+        call = Reduce(_ALLREDUCE, src, None, op, postscale, bounds, codec, new, read_only)
+        return self.run(call)
 
     def reduce_scatter(self, src, dst, op: ReduceOp, postscale: float, bounds) -> int:
         """Reduce ``src`` over all ranks; afterwards ``dst[bounds[rank]]`` holds this rank's part.
@@ -131,51 +149,39 @@ class Transport:
         ``bounds`` lists each rank's (start, stop) range and must be the same on every rank;
         the rest of ``dst`` is left with partial results. Returns the time it ended.
         """
-        return self._reduce(_REDUCE_SCATTER, src, dst, op, postscale, bounds)
-
-    def _reduce(self, collective, src, dst, op, postscale, bounds, compression=None) -> int:
-        host = _host_contiguous(src) and _host_contiguous(dst)
-        route = choose(collective, src.nbytes, host, self.capabilities, compression is not None)
-        allgather = collective is _ALLREDUCE
-        if route is Route.LOCAL:
-            copy_scaled(src, dst, postscale)
-            return time.perf_counter_ns()
-        if route is Route.SHARED:
-            return self.shared.run(src, dst, op, postscale, bounds, allgather)[1]
-        if route is Route.ATTACH:
-            call = self.shared.take_call()
-            return self.attach.run(src, dst, op, postscale, bounds, allgather, call)[1]
-        if route is Route.HIERARCHICAL:
-            call = functools.partial(
-                self.hierarchical.allreduce, src, dst, op, postscale, compression
-            )
-        else:
-            call = functools.partial(
-                self.messages.ring, src, dst, op, postscale, bounds, allgather, compression
-            )
-        if self.link_chunks is None:  # one host, or the trial turned off
-            return call()
-        trial = allgather and compression is None  # a compressed ring keeps its chunk
-        return self.link_chunks.run(src.nbytes, call, trial)
+        return self.run(Reduce(_REDUCE_SCATTER, src, dst, op, postscale, bounds)).reduced_ns
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""
-        if choose(Collective.ALLGATHER, recv.nbytes, False, self.capabilities) is Route.RING:
-            self.messages.allgatherv_ring(send, recv, counts, displacements)
-        else:
-            self.messages.allgatherv(send, recv, counts, displacements)
+        self.run(Allgather(send, recv, counts, displacements))
 
     def broadcast(self, buffer, root: int) -> None:
         """Overwrite the bytes ``buffer`` on every rank with ``root``'s."""
-        self.messages.broadcast(buffer, root)
+        self.run(Broadcast(buffer, root))
 
     def alltoallv(self, send, sent, recv, got) -> None:
         """Send ``sent[r]`` bytes of ``send`` to rank r, and take ``got[r]`` bytes from it."""
-        self.messages.alltoallv(send, sent, recv, got)
+        self.run(Alltoall(send, sent, recv, got))
 
     def adasum(self, vector, scratch) -> None:
         """Combine every rank's ``vector`` by Adasum, in place; ``scratch`` is as large."""
-        self.messages.adasum(vector, scratch)
+        self.run(Adasum(vector, scratch))
+
+    def run(self, call) -> Carried:
+        """Carry ``call`` (``calls``) by the one route that the rule picks for it."""
+        if type(call) is not Reduce:
+            route = choose(call.collective, call.nbytes, False, self.capabilities)
+            return self._routes[route].run(call)
+        src, dst, codec = call.src, call.dst, call.codec
+        device = type(src) is not np.ndarray and is_device_array(src)
+        host = not device and _host_contiguous(src) and (dst is None or _host_contiguous(dst))
+        compressed = codec is not None
+        route = choose(call.collective, src.nbytes, host, self.capabilities, compressed, device)
+        carrier = self._routes[route]
+        if self.link_chunks is None or route not in _CROSSING:  # one host, or no trial
+            return carrier.run(call)
+        trial = call.collective is _ALLREDUCE and not compressed  # compressed: the chunk stays
+        return self.link_chunks.run(src.nbytes, lambda: carrier.run(call), trial)
 
     def free(self) -> None:
         """Free the communicators this transport made (not the one it was given)."""

@@ -31,6 +31,34 @@ def body():
             ringtrain.Sum, [rank_data(i, s, np.float16, k) for i in range(n)], np.float16
         )
         assert_equal(_host(g, np.float16), want, f"device group member {k}")
+    # Into a device out=, averaged and prescaled: the result is written where the caller said.
+    for shape in ((0,), (1,), (37, 3)):
+        out = _device(np.zeros(shape, np.float32))
+        mine = _device(rank_data(r, shape, np.float32))
+        got = ringtrain.allreduce(
+            mine, op=ringtrain.Average, prescale_factor=2.0, out=out, name=f"out.{shape}"
+        )
+        assert got is out, f"out= {shape}: got a new array"
+        total = sum(rank_data(i, shape, np.float32).astype(np.float64) for i in range(n))
+        np.testing.assert_allclose(_host(out, np.float32), 2.0 * total / n, rtol=1e-5, atol=1e-6)
+    # Submitted together, they fuse into one device buffer; each result is its own slice,
+    # and one of them goes into an out=. float16 is widened and narrowed again.
+    for dtype in (np.float32, np.float16):
+        shapes = [(3,), (0,), (4, 5), (1,), (7,)]
+        mine = [_device(rank_data(r, s, dtype, k)) for k, s in enumerate(shapes)]
+        outs = [None, None, _device(np.zeros((4, 5), dtype)), None, None]
+        handles = [
+            ringtrain.allreduce_async(
+                x, op=ringtrain.Sum, out=o, name=f"fused.{np.dtype(dtype)}.{k}"
+            )
+            for k, (x, o) in enumerate(zip(mine, outs, strict=True))
+        ]
+        got = [ringtrain.synchronize(h) for h in handles]
+        assert got[2] is outs[2], "a fused member's out= was not used"
+        for k, (g, s) in enumerate(zip(got, shapes, strict=True)):
+            assert tuple(g.shape) == s, f"fused member {k}: shape {g.shape}, expected {s}"
+            want = expected(ringtrain.Sum, [rank_data(i, s, dtype, k) for i in range(n)], dtype)
+            assert_equal(_host(g, dtype), want, f"fused device {np.dtype(dtype)} member {k}")
     # A CUDA array that is not C-contiguous is refused before any rank sends a byte.
     column = _device(rank_data(r, (4, 3), np.float32))[:, 1]
     try:

@@ -18,6 +18,7 @@ from wire_ring import WIRES, simulate
 from ringtrain import settings
 from ringtrain.buffers import BufferPool
 from ringtrain.ops import ReduceOp
+from ringtrain.transport import codec
 from ringtrain.transport.router import Transport
 from ringtrain.transport.schedule import segment_bounds
 
@@ -52,7 +53,7 @@ def body():
                 ]
                 want = expected(host_sums, topology, postscale, wire)
                 got = np.empty(length, np.float32)
-                transport.allreduce(data[r], got, ReduceOp.Sum, postscale, wire)
+                transport.allreduce(data[r], got, ReduceOp.Sum, postscale, codec.by_name(str(wire)))
                 what = f"{name} hierarchical {length} x{postscale}"
                 bits = got.view(np.uint32) != want.view(np.uint32)
                 assert not bits.any(), f"{what}: differs at {np.flatnonzero(bits)[:4].tolist()}"

@@ -1,0 +1,192 @@
+"""The routes: each transport of ``ringtrain.transport`` behind the one contract of ``calls``.
+
+``router.Transport`` holds one route per ``choice.Route`` that the job can take, and hands
+each call to the one that ``choice.choose`` names. A route carries a call as its transport
+runs it; ``StagedRoute``, for arrays in GPU memory, copies the call to the host once, hands
+the host copy back to the router, and copies the result back once.
+"""
+
+import time
+
+from ringtrain import kernels
+from ringtrain.transport.calls import (
+    Adasum,
+    Allgather,
+    Alltoall,
+    Broadcast,
+    Carried,
+    Memory,
+    Reduce,
+)
+from ringtrain.transport.choice import Collective
+from ringtrain.transport.local import copy_scaled
+
+_REDUCTIONS = frozenset({Collective.ALLREDUCE, Collective.REDUCE_SCATTER})
+
+
+def _destination(call: Reduce):
+    """Return where ``call``'s result goes: its ``dst``, or a new array from its ``new``."""
+    return call.dst if call.dst is not None else call.new(len(call.src))
+
+
+class LocalRoute:
+    """A reduction over one rank, or over no elements: a copy, scaled."""
+
+    memory = Memory.HOST | Memory.DEVICE
+    collectives = _REDUCTIONS
+
+    def run(self, call: Reduce) -> Carried:
+        """Write ``call.src`` times its postscale to its destination."""
+        dst = _destination(call)
+        copy_scaled(call.src, dst, call.postscale)
+        return Carried(dst, time.perf_counter_ns())
+
+
+class MessagesRoute:
+    """Every collective as MPI messages (``messages.MessageTransport``).
+
+    With ``ring_allgather``, an allgather runs through the transport's own ring instead of
+    MPI's collective (``choice.Route.RING``).
+    """
+
+    memory = Memory.HOST
+    collectives = frozenset(Collective)
+
+    def __init__(self, messages, ring_allgather: bool = False):
+        self._messages = messages
+        self._carry = {
+            Reduce: self._reduce,
+            Allgather: self._ring_allgather if ring_allgather else self._allgather,
+            Broadcast: self._broadcast,
+            Alltoall: self._alltoall,
+            Adasum: self._adasum,
+        }
+
+    def run(self, call) -> Carried:
+        """Carry ``call`` over MPI messages."""
+        return self._carry[type(call)](call)
+
+    def _reduce(self, call: Reduce) -> Carried:
+        dst = _destination(call)
+        allgather = call.collective is Collective.ALLREDUCE
+        reduced = self._messages.ring(
+            call.src, dst, call.op, call.postscale, call.bounds, allgather, call.codec
+        )
+        return Carried(dst, reduced)
+
+    def _allgather(self, call: Allgather) -> Carried:
+        self._messages.allgatherv(call.send, call.recv, call.counts, call.displacements)
+        return Carried(call.recv, time.perf_counter_ns())
+
+    def _ring_allgather(self, call: Allgather) -> Carried:
+        self._messages.allgatherv_ring(call.send, call.recv, call.counts, call.displacements)
+        return Carried(call.recv, time.perf_counter_ns())
+
+    def _broadcast(self, call: Broadcast) -> Carried:
+        self._messages.broadcast(call.buffer, call.root)
+        return Carried(call.buffer, time.perf_counter_ns())
+
+    def _alltoall(self, call: Alltoall) -> Carried:
+        self._messages.alltoallv(call.send, call.sent, call.recv, call.got)
+        return Carried(call.recv, time.perf_counter_ns())
+
+    def _adasum(self, call: Adasum) -> Carried:
+        self._messages.adasum(call.vector, call.scratch)
+        return Carried(call.vector, time.perf_counter_ns())
+
+
+class SharedRoute:
+    """Reductions through the host's shared-memory ring (``shared.SharedRing``)."""
+
+    memory = Memory.HOST
+    collectives = _REDUCTIONS
+
+    def __init__(self, shared):
+        self._shared = shared
+
+    def run(self, call: Reduce) -> Carried:
+        """Carry ``call`` through the shared-memory file."""
+        allgather = call.collective is Collective.ALLREDUCE
+        return Carried(
+            *self._shared.run(
+                call.src, call.dst, call.op, call.postscale, call.bounds, allgather,
+                call.new, call.read_only,
+            )
+        )  # fmt: skip
+
+
+class AttachRoute:
+    """Reductions that read peers' buffers in place (``attach.AttachRing``).
+
+    Its calls are numbered with the shared-memory ring's, whose regions they share.
+    """
+
+    memory = Memory.HOST
+    collectives = _REDUCTIONS
+
+    def __init__(self, shared, attach):
+        self._shared, self._attach = shared, attach
+
+    def run(self, call: Reduce) -> Carried:
+        """Carry ``call`` by reading each peer's part where it lies."""
+        allgather = call.collective is Collective.ALLREDUCE
+        number = self._shared.take_call()
+        return Carried(
+            *self._attach.run(
+                call.src, call.dst, call.op, call.postscale, call.bounds, allgather, number,
+                call.new, call.read_only,
+            )
+        )  # fmt: skip
+
+
+class HierarchicalRoute:
+    """Allreduce split by host (``hierarchical.HierarchicalAllreduce``)."""
+
+    memory = Memory.HOST
+    collectives = frozenset({Collective.ALLREDUCE})
+
+    def __init__(self, hierarchical):
+        self._hierarchical = hierarchical
+
+    def run(self, call: Reduce) -> Carried:
+        """Reduce within hosts, ring across them, share the result within them."""
+        dst = _destination(call)
+        reduced = self._hierarchical.allreduce(call.src, dst, call.op, call.postscale, call.codec)
+        return Carried(dst, reduced)
+
+
+class StagedRoute:
+    """Reductions of GPU arrays through the host: one copy over, the host's route, one back.
+
+    The host copy lives in page-locked memory (``kernels`` ``pinned_empty``), kept and
+    grown as calls need. ``carry_host`` carries the host copy's call, in place, by the
+    route the rule picks for host memory.
+    """
+
+    memory = Memory.DEVICE
+    collectives = _REDUCTIONS
+
+    def __init__(self, carry_host):
+        self._carry_host = carry_host
+        self._raw = None  # the pinned bytes of the host copy
+
+    def run(self, call: Reduce) -> Carried:
+        """Copy ``call.src`` to the host, reduce it there, and copy the result back."""
+        backend = kernels.backend_for(call.src)
+        host = self._host_copy(backend, len(call.src), call.src.dtype)
+        backend.to_host(call.src, host)
+        on_host = Reduce(
+            call.collective, host, host, call.op, call.postscale, call.bounds, call.codec
+        )
+        reduced = self._carry_host(on_host).reduced_ns
+        dst = _destination(call)
+        backend.to_device(host, dst)
+        return Carried(dst, reduced)
+
+    def _host_copy(self, backend, count, dtype):
+        """Return ``count`` elements of ``dtype`` of the pinned host copy, grown if short."""
+        nbytes = count * dtype.itemsize
+        if self._raw is None or self._raw.nbytes < nbytes:
+            grown = 0 if self._raw is None else 2 * self._raw.nbytes
+            self._raw = backend.pinned_empty(max(nbytes, grown, 4096))
+        return self._raw[:nbytes].view(dtype)
