@@ -9,13 +9,14 @@ with every other rank; ``*_async`` calls return a handle at once, and ``synchron
 waits for it.
 """
 
+import functools
 import math
 import os
 import pickle
 
 import numpy as np
 
-from ringtrain import call_site, runtime
+from ringtrain import call_site, interop, runtime
 from ringtrain import settings as settings_module
 from ringtrain.compression import wire_dtype
 from ringtrain.dtypes import SUPPORTED, check_supported, is_integer, name_of, reduction_dtype
@@ -217,6 +218,15 @@ def _host_array(tensor, what: str) -> np.ndarray:
 
 
 def _input(tensor, what: str, allow_device: bool = False):
+    """Return ``tensor`` checked, as the engine takes it, and its results' way back.
+
+    The way back is ``interop.adopt``'s: None for NumPy, numba and other plain inputs.
+    """
+    tensor, give_back = interop.adopt(tensor)
+    return _checked_input(tensor, what, allow_device), give_back
+
+
+def _checked_input(tensor, what: str, allow_device: bool):
     if is_device_array(tensor):
         if not allow_device:
             raise TypeError(f"{what} takes host (NumPy) arrays; got a device array")
@@ -265,9 +275,28 @@ def _scale(value, label, dtype) -> float:
     return value
 
 
+def _adopted_out(out, give_back):
+    """Return ``out`` as the engine takes it, and the way back: to ``out`` itself where adopted."""
+    if out is None:
+        return None, give_back
+    adopted, out_back = interop.adopt(out)
+    if out_back is None:
+        return out, None  # a NumPy or numba out: the engine's result is ``out`` itself
+    return adopted, lambda _result: out
+
+
+def _given_back(handle, give_back):
+    """Return ``handle``, which gives its result back through ``give_back`` (if not None)."""
+    if give_back is not None:
+        handle.give_back_as(give_back)
+    return handle
+
+
 def _check_out(out, array):
     if out is None:
         return None
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError("out must be writable; got a read-only array")
     if is_device_array(array) != is_device_array(out):
         raise TypeError("out must live where the input lives (host or device)")
     if tuple(out.shape) != tuple(array.shape) or np.dtype(out.dtype) != np.dtype(array.dtype):
@@ -311,7 +340,8 @@ def allreduce_async(
     uncompressed. Every rank must give the same compression (docs/api.md).
     """
     engine = _engine_for(process_set)
-    array = _input(tensor, "allreduce", allow_device=True)
+    array, give_back = _input(tensor, "allreduce", allow_device=True)
+    out, give_back = _adopted_out(out, give_back)
     meta = _allreduce_meta(
         _name("allreduce", name, process_set),
         array,
@@ -323,7 +353,8 @@ def allreduce_async(
         process_set=process_set,
         compression=compression,
     )
-    return _submit(engine, meta, array, _check_out(out, array), bool(read_only))
+    handle = _submit(engine, meta, array, _check_out(out, array), bool(read_only))
+    return _given_back(handle, give_back)
 
 
 def _allreduce_meta(
@@ -435,7 +466,7 @@ def grouped_allreduce_async(
     result in shared memory that every rank of the host reads.
     """
     engine = _engine_for(process_set)
-    arrays = _group_inputs(tensors)
+    arrays, give_back = _group_inputs(tensors)
     first = arrays[0]
     shapes = tuple(tuple(a.shape) for a in arrays)
     total = sum(math.prod(s) for s in shapes)
@@ -451,14 +482,15 @@ def grouped_allreduce_async(
         process_set=process_set,
         compression=compression,
     )
-    return _submit(engine, meta, arrays, None, bool(read_only))
+    return _given_back(_submit(engine, meta, arrays, None, bool(read_only)), give_back)
 
 
-def _group_inputs(tensors) -> list:
-    """Return the checked arrays of a group: one dtype, all on the host or all on a device.
+def _group_inputs(tensors):
+    """Return the checked arrays of a group (one dtype, all on the host or all on a device).
 
-    A group of C-contiguous NumPy arrays of one supported dtype, the common case, is checked
-    in three passes over the list instead of a call per tensor.
+    Also returns the way back of their results (``_input``), or None where every result
+    goes back as it is. A group of C-contiguous NumPy arrays of one supported dtype, the
+    common case, is checked in three passes over the list instead of a call per tensor.
     """
     arrays = list(tensors)
     if not arrays:
@@ -466,8 +498,11 @@ def _group_inputs(tensors) -> list:
     if all(type(a) is np.ndarray and a.flags.c_contiguous for a in arrays):
         kinds = {a.dtype for a in arrays}
         if len(kinds) == 1 and arrays[0].dtype in _SUPPORTED:
-            return arrays
-    arrays = [_input(t, "grouped_allreduce", allow_device=True) for t in arrays]
+            return arrays, None
+    arrays, give_backs = zip(
+        *[_input(t, "grouped_allreduce", allow_device=True) for t in arrays], strict=True
+    )
+    arrays = list(arrays)
     first = arrays[0]
     places = ["device" if is_device_array(a) else "host" for a in arrays]
     for i, array in enumerate(arrays):
@@ -477,7 +512,14 @@ def _group_inputs(tensors) -> list:
                 f"tensor 0 is {first.dtype} on the {places[0]}; every tensor of a group must "
                 "share its dtype and where it lives"
             )
-    return arrays
+    if not any(give_backs):
+        return arrays, None
+    return arrays, functools.partial(_each_given_back, give_backs)
+
+
+def _each_given_back(give_backs, results) -> list:
+    """Return each of ``results`` given back through its own way (None: as it is)."""
+    return [r if g is None else g(r) for g, r in zip(give_backs, results, strict=True)]
 
 
 def grouped_allreduce(
@@ -509,21 +551,23 @@ def grouped_allreduce(
 def allgather_async(tensor, name=None, process_set=None) -> Handle:
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
     engine = _engine_for(process_set)
-    array, meta = _allgather_request(tensor)
-    return _submit(engine, meta._replace(name=_name("allgather", name, process_set)), array)
+    array, meta, give_back = _allgather_request(tensor)
+    meta = meta._replace(name=_name("allgather", name, process_set))
+    return _given_back(_submit(engine, meta, array), give_back)
 
 
 def _allgather_request(tensor):
-    """Return the array and the still unnamed meta of an allgather of ``tensor``, checked.
+    """Return the array, the still unnamed meta and the way back of an allgather of ``tensor``.
 
     Callers name the meta after the checks: an unnamed call that fails takes no number.
     """
-    array = _input(tensor, "allgather")
+    array, give_back = _input(tensor, "allgather")
     if array.ndim == 0:
         raise ValueError("allgather needs an array of at least one dimension; got a 0-d array")
-    return array, messages.Meta(
+    meta = messages.Meta(
         name="", kind=messages.ALLGATHER, dtype=name_of(array.dtype), shape=array.shape
     )
+    return array, meta, give_back
 
 
 def allgather(tensor, name=None, process_set=None):
@@ -552,7 +596,7 @@ def grouped_allgather(tensors, name=None, process_set=None) -> list:
 def broadcast_async(tensor, root_rank, name=None, process_set=None) -> Handle:
     """Start sending ``root_rank``'s ``tensor`` to every rank."""
     engine = _engine_for(process_set)
-    array = _input(tensor, "broadcast")
+    array, give_back = _input(tensor, "broadcast")
     root = _root(root_rank, process_set)
     meta = messages.Meta(
         name=_name("broadcast", name, process_set),
@@ -561,7 +605,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None) -> Handle:
         shape=array.shape,
         root=root,
     )
-    return _submit(engine, meta, array)
+    return _given_back(_submit(engine, meta, array), give_back)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
@@ -587,7 +631,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None) -> Handle:
     Without ``splits`` the rows are spread evenly, the first ranks getting one more.
     """
     engine = _engine_for(process_set)
-    array = _input(tensor, "alltoall")
+    array, give_back = _input(tensor, "alltoall")
     if array.ndim == 0:
         raise ValueError("alltoall needs an array of at least one dimension; got a 0-d array")
     n = len(resolve(process_set).ranks)
@@ -607,7 +651,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None) -> Handle:
         shape=array.shape,
         splits=splits,
     )
-    return _submit(engine, meta, array)
+    return _given_back(_submit(engine, meta, array), give_back)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -623,19 +667,20 @@ def reducescatter_async(
     Rows are shared out evenly, the first ranks getting one more.
     """
     engine = _engine_for(process_set)
-    array, meta = _reducescatter_request(tensor, op, prescale_factor, postscale_factor)
-    return _submit(engine, meta._replace(name=_name("reducescatter", name, process_set)), array)
+    array, meta, give_back = _reducescatter_request(tensor, op, prescale_factor, postscale_factor)
+    meta = meta._replace(name=_name("reducescatter", name, process_set))
+    return _given_back(_submit(engine, meta, array), give_back)
 
 
 def _reducescatter_request(tensor, op, prescale, postscale):
-    """Return the array and the still unnamed meta of a reducescatter of ``tensor``, checked."""
-    array = _input(tensor, "reducescatter")
+    """Return the array, unnamed meta and way back of a reducescatter of ``tensor``, checked."""
+    array, give_back = _input(tensor, "reducescatter")
     if array.ndim == 0:
         raise ValueError("reducescatter needs an array of at least one dimension; got 0-d")
     op = as_reduce_op(op)
     if op == ReduceOp.Adasum:
         raise ValueError("reducescatter takes op Sum, Average, Min, Max or Product, not Adasum")
-    return array, messages.Meta(
+    meta = messages.Meta(
         name="",
         kind=messages.REDUCESCATTER,
         dtype=name_of(array.dtype),
@@ -644,6 +689,7 @@ def _reducescatter_request(tensor, op, prescale, postscale):
         prescale=_scale(prescale, "prescale_factor", array.dtype),
         postscale=_scale(postscale, "postscale_factor", array.dtype),
     )
+    return array, meta, give_back
 
 
 def reducescatter(
@@ -782,10 +828,10 @@ def _submit(engine, meta, array, out=None, read_only=False) -> Handle:
 
 
 def _submit_group(engine, requests, base) -> GroupHandle:
-    """Queue checked (array, meta) ``requests`` as ``base``.0, .1, ...; return one handle."""
+    """Queue checked (array, meta, way back) ``requests`` as ``base``.0, .1, ...; one handle."""
     return GroupHandle(
-        _submit(engine, meta._replace(name=f"{base}.{i}"), array)
-        for i, (array, meta) in enumerate(requests)
+        _given_back(_submit(engine, meta._replace(name=f"{base}.{i}"), array), give_back)
+        for i, (array, meta, give_back) in enumerate(requests)
     )
 
 

@@ -16,7 +16,8 @@ LAYERS = [
     {"settings", "topology", "affinity", "kernels", "tf_allocator", "mpi_tuning"},
     {"transport"},
     {"engine"},
-    {"process_sets", "runtime", "api", "call_site", "capabilities", "elastic", "guard", "timeline"},
+    {"process_sets", "runtime", "api", "interop", "call_site", "capabilities", "elastic", "guard"},
+    {"timeline"},
     {"exchange"},  # what the framework bindings hand their tensors over through
     {"tensorflow", "keras", "__init__"},
     {"bench"},

@@ -229,6 +229,17 @@ def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
     check("check_device_arrays.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
 
 
+@pytest.mark.parametrize("np", WORLDS)
+def test_torch_tensors_and_jax_arrays_come_back_as_their_own_kind(np):
+    check("check_interop.py", np, timeout=240)
+
+
+@pytest.mark.skipif(not cuda_built(), reason="numba finds no GPU here (CI has none)")
+@pytest.mark.parametrize("np", WORLDS)
+def test_torch_and_cupy_gpu_arrays_come_back_on_the_gpu_as_their_own_kind_on_a_gpu(np):
+    check("check_interop.py", np, env={"RINGTRAIN_CHECK_CUDA": "1"}, timeout=240)
+
+
 @pytest.mark.skipif(not cuda_built(), reason="numba finds no GPU here (CI has none)")
 @pytest.mark.parametrize("np", WORLDS)
 def test_device_arrays_through_the_engine_on_a_gpu(np):

@@ -10,7 +10,7 @@ class Handle:
     per-tensor path, and waiters still block without spinning.
     """
 
-    __slots__ = ("name", "_pending", "_done", "_result", "_error")
+    __slots__ = ("name", "_pending", "_done", "_result", "_error", "_give_back")
 
     def __init__(self, name: str):
         self.name = name
@@ -19,6 +19,11 @@ class Handle:
         self._done = False
         self._result = None
         self._error = None
+        self._give_back = None
+
+    def give_back_as(self, give_back) -> None:
+        """Have ``wait`` return ``give_back(result)``: the result as the caller's kind of array."""
+        self._give_back = give_back
 
     def done(self) -> bool:
         """Return True once the result (or error) is in."""
@@ -33,6 +38,8 @@ class Handle:
             self._pending.release()
         if self._error is not None:
             raise self._error
+        if self._give_back is not None:
+            return self._give_back(self._result)
         return self._result
 
     def fail(self, error: BaseException) -> None:

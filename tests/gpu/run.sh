@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks and figures that need a GPU, in one bounded run: the CUDA kernels against the
-# CPU kernels on the GPU, device arrays through the engine at 1 to 4 ranks, and the kernel and
-# allreduce benchmarks on GPU buffers. Logs and JSON go to OUT (default /tmp/ringtrain-gpu).
+# CPU kernels on the GPU, device arrays (numba's, PyTorch's CUDA tensors, CuPy's) through the
+# engine at 1 to 4 ranks, and the kernel and allreduce benchmarks on GPU buffers. Logs and
+# JSON go to OUT (default /tmp/ringtrain-gpu).
 #
 #   bash tests/gpu/run.sh [OUT]
 #
@@ -70,7 +71,7 @@ allreduce() {  # allreduce RANKS DEVICE: the allreduce benchmark, its JSON in OU
         --json "$out/allreduce-$2-np$1.json"
 }
 step kernel-tests 200 "${pytest[@]}" -n 4 tests/test_kernels_cuda.py
-step engine-tests 200 "${pytest[@]}" -n 4 tests/test_mpi.py -k on_a_gpu
+step engine-tests 300 "${pytest[@]}" -n 4 tests/test_mpi.py -k on_a_gpu
 step kernel-bench-64MiB 60 "$python" -m ringtrain.bench kernels --backend cuda --mib 64
 allreduce 2 cuda
 allreduce 4 cuda

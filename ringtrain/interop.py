@@ -1,0 +1,90 @@
+"""Other frameworks' arrays in the NumPy-level API: taken without a copy, results given back alike.
+
+A PyTorch tensor, a JAX or CuPy array, or any array that offers DLPack or
+``__cuda_array_interface__`` (CUDA Array Interface) goes to the engine as a view of its
+memory: a host array as NumPy (``np.from_dlpack``), a GPU array as it is, read by numba
+through its CUDA interface. Its result comes back as an array of the same framework, over
+the result's memory: ``from_dlpack`` of the array's namespace for a host result, and its
+``asarray`` for a GPU one. NumPy arrays, numba device arrays, and inputs of other kinds
+(lists, scalars, TensorFlow tensors) go in as before, and their results stay NumPy (or
+numba) arrays. PyTorch tensors that require gradients are read detached: the reduction is
+not recorded by autograd.
+"""
+
+import functools
+import sys
+
+import numpy as np
+
+from ringtrain import kernels
+
+
+def adopt(tensor):
+    """Return ``(array, give_back)``: ``tensor`` as the engine takes it, and its results' way back.
+
+    ``array`` is a NumPy view of a host array of another framework, or ``tensor`` itself;
+    ``give_back(result)`` returns a result as ``tensor``'s kind, or is None where results
+    go back as they are.
+    """
+    if isinstance(tensor, (np.ndarray, np.generic)):
+        return tensor, None
+    namespace = _namespace(tensor)
+    if namespace is None:
+        return tensor, None
+    detach = getattr(tensor, "detach", None)  # PyTorch: a tensor that requires gradients
+    if callable(detach):
+        tensor = detach()
+    if kernels.is_device_array(tensor):
+        return tensor, functools.partial(_device_result, namespace)
+    return _host_view(tensor), functools.partial(_host_result, namespace)
+
+
+def _host_view(tensor) -> np.ndarray:
+    """Return host ``tensor`` as a NumPy array, or raise a TypeError that names its dtype.
+
+    Through DLPack where it can, else through NumPy's own conversion (bfloat16, which
+    NumPy's DLPack lacks).
+    """
+    try:
+        return np.from_dlpack(tensor)
+    except (BufferError, RuntimeError, TypeError):
+        pass
+    try:
+        return np.asarray(tensor)
+    except (RuntimeError, TypeError) as err:
+        raise TypeError(
+            f"cannot read a {type(tensor).__name__} of dtype {tensor.dtype} as a NumPy array "
+            f"({err}); pass a NumPy array (for bfloat16: of dtype ml_dtypes.bfloat16)"
+        ) from None
+
+
+def _namespace(tensor):
+    """Return the module of ``tensor``'s framework that makes its arrays, or None.
+
+    The array API's ``__array_namespace__`` where the array offers it (JAX, CuPy), else its
+    package where that has ``from_dlpack`` (PyTorch).
+    """
+    offered = getattr(tensor, "__array_namespace__", None)
+    if offered is not None:
+        return offered()
+    package = sys.modules.get(type(tensor).__module__.partition(".")[0])
+    return package if hasattr(package, "from_dlpack") else None
+
+
+def _host_result(namespace, result):
+    """Return the NumPy ``result`` as an array of ``namespace`` over the same memory.
+
+    A read-only result (shared by the host's ranks) is copied first: DLPack cannot mark an
+    array read-only, and a framework that wrote to it would fault.
+    """
+    if not result.flags.writeable:
+        result = result.copy()
+    try:
+        return namespace.from_dlpack(result)
+    except BufferError:  # bfloat16, which NumPy's DLPack lacks
+        return namespace.asarray(result)
+
+
+def _device_result(namespace, result):
+    """Return the GPU ``result`` (a CUDA array) as an array of ``namespace``, without a copy."""
+    return namespace.asarray(result)

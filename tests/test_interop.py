@@ -1,0 +1,53 @@
+"""Other frameworks' arrays: read without a copy, results given back as the same framework's."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ringtrain import interop
+
+torch = pytest.importorskip("torch")
+jnp = pytest.importorskip("jax.numpy")
+
+
+def test_numpy_and_plain_inputs_go_in_as_they_are_with_no_way_back():
+    for plain in (np.arange(3), np.float32(2.0), [1, 2], 3.0):
+        adopted, give_back = interop.adopt(plain)
+        assert adopted is plain and give_back is None
+
+
+def test_a_torch_tensor_is_read_in_place_and_its_results_come_back_as_tensors():
+    tensor = torch.arange(4, dtype=torch.float32, requires_grad=True)
+    adopted, give_back = interop.adopt(tensor)
+    assert isinstance(adopted, np.ndarray)
+    assert adopted.ctypes.data == tensor.data_ptr()  # no copy
+    result = np.array([1.0, 2.0], np.float32)
+    back = give_back(result)
+    assert isinstance(back, torch.Tensor) and back.data_ptr() == result.ctypes.data
+    assert back.tolist() == [1.0, 2.0]
+
+
+def test_a_jax_array_comes_back_as_a_jax_array():
+    adopted, give_back = interop.adopt(jnp.arange(3.0))
+    np.testing.assert_array_equal(adopted, [0.0, 1.0, 2.0])
+    back = give_back(np.array([5.0, 6.0], np.float32))
+    assert isinstance(back, type(jnp.zeros(1))) and back.tolist() == [5.0, 6.0]
+
+
+def test_a_read_only_result_is_copied_before_a_framework_may_write_to_it():
+    _, give_back = interop.adopt(torch.zeros(2))
+    shared = np.array([1.0, 2.0], np.float32)
+    shared.flags.writeable = False
+    back = give_back(shared)
+    assert back.data_ptr() != shared.ctypes.data
+    back += 1  # its own memory
+    assert shared.tolist() == [1.0, 2.0] and back.tolist() == [2.0, 3.0]
+
+
+def test_bfloat16_goes_through_numpy_where_dlpack_cannot_carry_it():
+    adopted, give_back = interop.adopt(jnp.ones(3, dtype=jnp.bfloat16))
+    assert adopted.dtype == ml_dtypes.bfloat16 and adopted.tolist() == [1.0, 1.0, 1.0]
+    back = give_back(np.full(2, 3.0, ml_dtypes.bfloat16))
+    assert back.dtype == jnp.bfloat16 and back.tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match="cannot read a Tensor of dtype torch.bfloat16 as a Nu"):
+        interop.adopt(torch.ones(2, dtype=torch.bfloat16))
