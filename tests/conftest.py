@@ -2,20 +2,33 @@
 
 The multi-host test's jobs and a job of a test beside them both hung once (CI run of
 022a9c3), so such a module holds a lock that every other test shares, and takes it whole.
+A test that waits for the lock waits in its setup, which the tests' timeout leaves out
+(``timeout_func_only``): the multi-host module alone takes about as long as that timeout.
+The wait has a bound of its own, ``ALONE_WAIT_S``.
 """
 
 import contextlib
 import fcntl
+import time
 
 import pytest
 
 _LOCK = "/tmp/ringtrain-tests.lock"
+ALONE_WAIT_S = 1200  # the longest a test waits for a module marked alone to end
 
 
 @contextlib.contextmanager
 def _locked(how):
     with open(_LOCK, "a") as file:
-        fcntl.flock(file, how)
+        deadline = time.monotonic() + ALONE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(file, how | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"waited {ALONE_WAIT_S} s for the test lock {_LOCK}")
+                time.sleep(0.2)
         try:
             yield
         finally:
