@@ -222,6 +222,8 @@ def _input(tensor, what: str, allow_device: bool = False):
 
     The way back is ``interop.adopt``'s: None for NumPy, numba and other plain inputs.
     """
+    if type(tensor) is np.ndarray:  # the common case, with no way back
+        return _host_array(tensor, what), None
     tensor, give_back = interop.adopt(tensor)
     return _checked_input(tensor, what, allow_device), give_back
 
@@ -277,8 +279,6 @@ def _scale(value, label, dtype) -> float:
 
 def _adopted_out(out, give_back):
     """Return ``out`` as the engine takes it, and the way back: to ``out`` itself where adopted."""
-    if out is None:
-        return None, give_back
     adopted, out_back = interop.adopt(out)
     if out_back is None:
         return out, None  # a NumPy or numba out: the engine's result is ``out`` itself
@@ -341,7 +341,8 @@ def allreduce_async(
     """
     engine = _engine_for(process_set)
     array, give_back = _input(tensor, "allreduce", allow_device=True)
-    out, give_back = _adopted_out(out, give_back)
+    if out is not None:
+        out, give_back = _adopted_out(out, give_back)
     meta = _allreduce_meta(
         _name("allreduce", name, process_set),
         array,
@@ -354,7 +355,9 @@ def allreduce_async(
         compression=compression,
     )
     handle = _submit(engine, meta, array, _check_out(out, array), bool(read_only))
-    return _given_back(handle, give_back)
+    if give_back is not None:
+        handle.give_back_as(give_back)
+    return handle
 
 
 def _allreduce_meta(

@@ -26,7 +26,9 @@ def adopt(tensor):
     ``give_back(result)`` returns a result as ``tensor``'s kind, or is None where results
     go back as they are.
     """
-    if isinstance(tensor, (np.ndarray, np.generic)):
+    # numba's device arrays (its simulator's too, which pass NumPy's attributes on) are the
+    # engine's own kind.
+    if isinstance(tensor, (np.ndarray, np.generic)) or getattr(tensor, "__cuda_ndarray__", False):
         return tensor, None
     namespace = _namespace(tensor)
     if namespace is None:

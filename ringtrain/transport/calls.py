@@ -26,14 +26,10 @@ def memory_of(array) -> Memory:
     return Memory.DEVICE if kernels.is_device_array(array) else Memory.HOST
 
 
-class Carried(typing.NamedTuple):
-    """What a route returns: the call's result array, and when its reduce-scatter part ended.
-
-    ``reduced_ns`` is a ``perf_counter_ns`` time; for calls that reduce nothing, their end.
-    """
-
-    result: object
-    reduced_ns: int
+# What a route returns: the pair (result, reduced_ns), the call's result array and the
+# ``perf_counter_ns`` time its reduce-scatter part ended (for calls that reduce nothing,
+# their end). A plain tuple: a lone call pays for no named one.
+Carried = tuple[object, int]
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,4 +129,4 @@ class Route(typing.Protocol):
     collectives: frozenset
 
     def run(self, call) -> Carried:
-        """Carry ``call`` (one of this module's calls) and return its result."""
+        """Carry ``call`` (one of this module's calls); return its ``Carried`` pair."""

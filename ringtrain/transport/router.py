@@ -131,7 +131,7 @@ class Transport:
         allgather part overlaps its tail).
         """
         bounds = _even_bounds(len(src), self.size)
-        return self.run(Reduce(_ALLREDUCE, src, dst, op, postscale, bounds, codec)).reduced_ns
+        return self.run(Reduce(_ALLREDUCE, src, dst, op, postscale, bounds, codec))[1]
 
     def allreduce_new(self, src, op: ReduceOp, postscale: float, new, read_only: bool, codec=None):
         """Reduce 1-D ``src`` as ``allreduce`` does, into a new array; return it and the time.
@@ -149,7 +149,7 @@ class Transport:
         ``bounds`` lists each rank's (start, stop) range and must be the same on every rank;
         the rest of ``dst`` is left with partial results. Returns the time it ended.
         """
-        return self.run(Reduce(_REDUCE_SCATTER, src, dst, op, postscale, bounds)).reduced_ns
+        return self.run(Reduce(_REDUCE_SCATTER, src, dst, op, postscale, bounds))[1]
 
     def allgatherv(self, send, recv, counts, displacements) -> None:
         """Gather every rank's bytes ``send`` into ``recv``: rank r's at ``displacements[r]``."""

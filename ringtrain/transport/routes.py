@@ -39,7 +39,7 @@ class LocalRoute:
         """Write ``call.src`` times its postscale to its destination."""
         dst = _destination(call)
         copy_scaled(call.src, dst, call.postscale)
-        return Carried(dst, time.perf_counter_ns())
+        return dst, time.perf_counter_ns()
 
 
 class MessagesRoute:
@@ -72,27 +72,27 @@ class MessagesRoute:
         reduced = self._messages.ring(
             call.src, dst, call.op, call.postscale, call.bounds, allgather, call.codec
         )
-        return Carried(dst, reduced)
+        return dst, reduced
 
     def _allgather(self, call: Allgather) -> Carried:
         self._messages.allgatherv(call.send, call.recv, call.counts, call.displacements)
-        return Carried(call.recv, time.perf_counter_ns())
+        return call.recv, time.perf_counter_ns()
 
     def _ring_allgather(self, call: Allgather) -> Carried:
         self._messages.allgatherv_ring(call.send, call.recv, call.counts, call.displacements)
-        return Carried(call.recv, time.perf_counter_ns())
+        return call.recv, time.perf_counter_ns()
 
     def _broadcast(self, call: Broadcast) -> Carried:
         self._messages.broadcast(call.buffer, call.root)
-        return Carried(call.buffer, time.perf_counter_ns())
+        return call.buffer, time.perf_counter_ns()
 
     def _alltoall(self, call: Alltoall) -> Carried:
         self._messages.alltoallv(call.send, call.sent, call.recv, call.got)
-        return Carried(call.recv, time.perf_counter_ns())
+        return call.recv, time.perf_counter_ns()
 
     def _adasum(self, call: Adasum) -> Carried:
         self._messages.adasum(call.vector, call.scratch)
-        return Carried(call.vector, time.perf_counter_ns())
+        return call.vector, time.perf_counter_ns()
 
 
 class SharedRoute:
@@ -107,11 +107,9 @@ class SharedRoute:
     def run(self, call: Reduce) -> Carried:
         """Carry ``call`` through the shared-memory file."""
         allgather = call.collective is Collective.ALLREDUCE
-        return Carried(
-            *self._shared.run(
-                call.src, call.dst, call.op, call.postscale, call.bounds, allgather,
-                call.new, call.read_only,
-            )
+        return self._shared.run(
+            call.src, call.dst, call.op, call.postscale, call.bounds, allgather,
+            call.new, call.read_only,
         )  # fmt: skip
 
 
@@ -131,11 +129,9 @@ class AttachRoute:
         """Carry ``call`` by reading each peer's part where it lies."""
         allgather = call.collective is Collective.ALLREDUCE
         number = self._shared.take_call()
-        return Carried(
-            *self._attach.run(
-                call.src, call.dst, call.op, call.postscale, call.bounds, allgather, number,
-                call.new, call.read_only,
-            )
+        return self._attach.run(
+            call.src, call.dst, call.op, call.postscale, call.bounds, allgather, number,
+            call.new, call.read_only,
         )  # fmt: skip
 
 
@@ -152,7 +148,7 @@ class HierarchicalRoute:
         """Reduce within hosts, ring across them, share the result within them."""
         dst = _destination(call)
         reduced = self._hierarchical.allreduce(call.src, dst, call.op, call.postscale, call.codec)
-        return Carried(dst, reduced)
+        return dst, reduced
 
 
 class StagedRoute:
@@ -178,10 +174,10 @@ class StagedRoute:
         on_host = Reduce(
             call.collective, host, host, call.op, call.postscale, call.bounds, call.codec
         )
-        reduced = self._carry_host(on_host).reduced_ns
+        reduced = self._carry_host(on_host)[1]
         dst = _destination(call)
         backend.to_device(host, dst)
-        return Carried(dst, reduced)
+        return dst, reduced
 
     def _host_copy(self, backend, count, dtype):
         """Return ``count`` elements of ``dtype`` of the pinned host copy, grown if short."""
