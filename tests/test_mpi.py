@@ -229,7 +229,9 @@ def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
     check("check_device_arrays.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
 
 
-@pytest.mark.parametrize("np", WORLDS)
+# One rank (the local route) and three (uneven splits): the way back is the same at every
+# size, and each run starts PyTorch and JAX on every rank (20-30 s in the suite).
+@pytest.mark.parametrize("np", [1, 3])
 def test_torch_tensors_and_jax_arrays_come_back_as_their_own_kind(np):
     check("check_interop.py", np, timeout=240)
 

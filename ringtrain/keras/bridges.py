@@ -5,9 +5,10 @@ back, and runs the hand-over's host code where the backend can:
 
 - PyTorch: eagerly. A CPU tensor and its array share memory; a GPU tensor is copied to
   the host. PyTorch has no bfloat16 NumPy dtype: such tensors cross as their bits.
-- JAX: from inside the jitted step, through one host callback (``io_callback``), which XLA
-  waits in, so the exchange cannot overlap backprop there (``jax_threads`` says what the
-  CPU client needs for it).
+- JAX: from inside the jitted step, through one host callback (``buffer_callback``), which
+  reads the gradients in XLA's buffers and writes the results over them. XLA waits in it,
+  so the exchange cannot overlap backprop there (``jax_threads`` says what the CPU client
+  needs for it).
 """
 
 import keras
@@ -68,21 +69,29 @@ class JaxBridge:
         return keras.ops.convert_to_tensor(array, dtype=like.dtype)
 
     def on_host(self, function, tensors) -> list:
-        """Return ``function``'s arrays for ``tensors``' arrays, from one host callback."""
+        """Return ``function``'s arrays for ``tensors``' arrays, from one host callback.
+
+        The callback (``buffer_callback``) reads the step's buffers where XLA holds them
+        and writes the results into XLA's own output buffers: no copy in or out.
+        """
         import jax
-        from jax.experimental import io_callback
+        from jax.experimental.buffer_callback import buffer_callback
 
         from ringtrain.keras import jax_threads
 
         jax_threads.check()
         shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tensors]
 
-        def on_arrays(*arrays):
-            results = function(*(np.asarray(a) for a in arrays))
-            pairs = zip(results, shapes, strict=True)
-            return [np.asarray(r).astype(shape.dtype, copy=False) for r, shape in pairs]
+        def on_buffers(context, outputs, *inputs):
+            results = function(*(np.asarray(b) for b in inputs))
+            for out, result in zip(outputs, results, strict=True):
+                np.copyto(np.asarray(out), result, casting="same_kind")
 
-        return list(io_callback(on_arrays, shapes, *tensors, ordered=False))
+        aliases = {i: i for i in range(len(tensors))}  # each result in its gradient's buffer
+        callback = buffer_callback(
+            on_buffers, shapes, has_side_effect=True, input_output_aliases=aliases
+        )
+        return list(callback(*tensors))
 
 
 def for_backend(name=None):

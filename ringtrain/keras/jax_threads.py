@@ -1,12 +1,14 @@
 """Keras's JAX backend: XLA's CPU client needs two threads or more for the exchange's callback.
 
-The exchange leaves the jitted train step through ``io_callback``, which hands the callback
-its inputs through a transfer to the CPU device. The client runs that transfer on its own
-threads, which it makes as many as the process may use cores when it is created. A rank
-that ringtrain has pinned to one core (``RINGTRAIN_BIND_CORES``) would get one thread,
-busy with the step that waits in the callback for the transfer: the step would wait
-forever. So ringtrain creates the client when ``ringtrain.keras`` is first used on JAX,
-before ``init()`` pins the rank, and refuses to exchange on a client made with one thread.
+The exchange leaves the jitted train step through a host callback. With ``io_callback``,
+which ringtrain used first, the callback's inputs came through a transfer to the CPU
+device that the client runs on its own threads, which it makes as many as the process may
+use cores when it is created. A rank that ringtrain has pinned to one core
+(``RINGTRAIN_BIND_CORES``) got one thread, busy with the step that waited in the callback
+for the transfer: every multi-step fit waited forever. ``buffer_callback``, used now, reads
+XLA's buffers in place; until a one-thread client is shown safe with it, ringtrain still
+creates the client when ``ringtrain.keras`` is first used on JAX, before ``init()`` pins the
+rank, and refuses to exchange on a client made with one thread.
 """
 
 import os
