@@ -355,9 +355,7 @@ def allreduce_async(
         compression=compression,
     )
     handle = _submit(engine, meta, array, _check_out(out, array), bool(read_only))
-    if give_back is not None:
-        handle.give_back_as(give_back)
-    return handle
+    return _given_back(handle, give_back)
 
 
 def _allreduce_meta(
