@@ -34,10 +34,15 @@ def aligned_view(raw, shape, dtype, nbytes) -> np.ndarray:
 
 
 class BufferPool:
-    """Named host buffers: ``get`` returns a view of a reused allocation, grown on demand."""
+    """Named host buffers: ``get`` returns a view of a reused allocation, grown on demand.
 
-    def __init__(self):
+    ``allocate(nbytes)`` makes each allocation, a 1-D uint8 host array: NumPy's own memory
+    by default, page-locked memory for staging device data (``kernels`` ``pinned_empty``).
+    """
+
+    def __init__(self, allocate=None):
         self._raw: dict[str, np.ndarray] = {}
+        self._allocate = allocate if allocate is not None else _host_bytes
 
     def get(self, name: str, count: int, dtype) -> np.ndarray:
         """Return a 1-D array of ``count`` elements of ``dtype`` backed by buffer ``name``.
@@ -51,6 +56,11 @@ class BufferPool:
         if raw is None or raw.nbytes < nbytes:
             # Grow geometrically so a slowly growing workload reallocates only a few times.
             size = max(nbytes, 0 if raw is None else 2 * raw.nbytes, 4096)
-            raw = np.empty(size, dtype=np.uint8)
+            raw = self._allocate(size)
             self._raw[name] = raw
         return raw[:nbytes].view(dtype)
+
+
+def _host_bytes(nbytes: int) -> np.ndarray:
+    """Return ``nbytes`` uninitialised bytes of NumPy's own memory."""
+    return np.empty(nbytes, dtype=np.uint8)

@@ -10,7 +10,6 @@ import dataclasses
 import enum
 import typing
 
-from ringtrain import kernels
 from ringtrain.transport.choice import Collective
 
 
@@ -19,11 +18,6 @@ class Memory(enum.Flag):
 
     HOST = enum.auto()
     DEVICE = enum.auto()
-
-
-def memory_of(array) -> Memory:
-    """Return where ``array`` lives: on a GPU (``kernels.is_device_array``) or on the host."""
-    return Memory.DEVICE if kernels.is_device_array(array) else Memory.HOST
 
 
 # What a route returns: the pair (result, reduced_ns), the call's result array and the

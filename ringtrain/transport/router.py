@@ -175,13 +175,13 @@ class Transport:
         src, dst, codec = call.src, call.dst, call.codec
         device = type(src) is not np.ndarray and is_device_array(src)
         host = not device and _host_contiguous(src) and (dst is None or _host_contiguous(dst))
-        compressed = codec is not None
-        route = choose(call.collective, src.nbytes, host, self.capabilities, compressed, device)
+        compressed, nbytes = codec is not None, call.nbytes
+        route = choose(call.collective, nbytes, host, self.capabilities, compressed, device)
         carrier = self._routes[route]
         if self.link_chunks is None or route not in _CROSSING:  # one host, or no trial
             return carrier.run(call)
         trial = call.collective is _ALLREDUCE and not compressed  # compressed: the chunk stays
-        return self.link_chunks.run(src.nbytes, lambda: carrier.run(call), trial)
+        return self.link_chunks.run(nbytes, lambda: carrier.run(call), trial)
 
     def free(self) -> None:
         """Free the communicators this transport made (not the one it was given)."""

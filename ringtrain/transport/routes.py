@@ -9,6 +9,7 @@ the host copy back to the router, and copies the result back once.
 import time
 
 from ringtrain import kernels
+from ringtrain.buffers import BufferPool
 from ringtrain.transport.calls import (
     Adasum,
     Allgather,
@@ -155,8 +156,8 @@ class StagedRoute:
     """Reductions of GPU arrays through the host: one copy over, the host's route, one back.
 
     The host copy lives in page-locked memory (``kernels`` ``pinned_empty``), kept and
-    grown as calls need. ``carry_host`` carries the host copy's call, in place, by the
-    route the rule picks for host memory.
+    grown as calls need (``buffers.BufferPool``). ``carry_host`` carries the host copy's
+    call, in place, by the route the rule picks for host memory.
     """
 
     memory = Memory.DEVICE
@@ -164,12 +165,14 @@ class StagedRoute:
 
     def __init__(self, carry_host):
         self._carry_host = carry_host
-        self._raw = None  # the pinned bytes of the host copy
+        self._pinned = None  # made by the first call, from its array's kernel backend
 
     def run(self, call: Reduce) -> Carried:
         """Copy ``call.src`` to the host, reduce it there, and copy the result back."""
         backend = kernels.backend_for(call.src)
-        host = self._host_copy(backend, len(call.src), call.src.dtype)
+        if self._pinned is None:
+            self._pinned = BufferPool(backend.pinned_empty)
+        host = self._pinned.get("staged", len(call.src), call.src.dtype)
         backend.to_host(call.src, host)
         on_host = Reduce(
             call.collective, host, host, call.op, call.postscale, call.bounds, call.codec
@@ -178,11 +181,3 @@ class StagedRoute:
         dst = _destination(call)
         backend.to_device(host, dst)
         return dst, reduced
-
-    def _host_copy(self, backend, count, dtype):
-        """Return ``count`` elements of ``dtype`` of the pinned host copy, grown if short."""
-        nbytes = count * dtype.itemsize
-        if self._raw is None or self._raw.nbytes < nbytes:
-            grown = 0 if self._raw is None else 2 * self._raw.nbytes
-            self._raw = backend.pinned_empty(max(nbytes, grown, 4096))
-        return self._raw[:nbytes].view(dtype)
