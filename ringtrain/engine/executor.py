@@ -208,22 +208,18 @@ class Executor:
             buffer, op, postscale, new, False, codec
         )
         gathered = tl.now_ns()
+        into_out = [i for i, member in enumerate(here) if member.out is not None]
+        if into_out:
+            outs = [here[i].out for i in into_out]
+            backend.unpack(reduced_values, [offsets[i] for i in into_out], outs, 1.0)
         result = reduced_values
-        if plan.dtype != wire:
+        if plan.dtype != wire and len(into_out) < len(here):  # narrowed once, for the rest
             result = backend.empty(len(reduced_values), plan.dtype)
             backend.unpack(reduced_values, [0], [result], 1.0)
-        outputs = [None] * len(here)
-        sliced = []
-        for i, (member, lo, hi) in enumerate(zip(here, offsets, ends, strict=True)):
-            if member.out is not None:
-                sliced.append(i)
-            else:
-                outputs[i] = result[lo:hi].reshape(member.shape)
-        if sliced:
-            outs = [here[i].out for i in sliced]
-            backend.unpack(reduced_values, [offsets[i] for i in sliced], outs, 1.0)
-            for i, out in zip(sliced, outs, strict=True):
-                outputs[i] = out
+        outputs = [
+            m.out if m.out is not None else result[lo:hi].reshape(m.shape)
+            for m, lo, hi in zip(here, offsets, ends, strict=True)
+        ]
         return self._unit_results(unit, here, outputs, (start, packed, reduced, gathered))
 
     def _present(self, unit, plan, buffer, backend=_CPU):

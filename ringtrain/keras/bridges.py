@@ -71,8 +71,8 @@ class JaxBridge:
     def on_host(self, function, tensors) -> list:
         """Return ``function``'s arrays for ``tensors``' arrays, from one host callback.
 
-        The callback (``buffer_callback``) reads the step's buffers where XLA holds them
-        and writes the results into XLA's own output buffers: no copy in or out.
+        The callback (``buffer_callback``) reads the gradients where XLA holds them and
+        writes each result over its gradient's buffer, which XLA hands on as the output.
         """
         import jax
         from jax.experimental.buffer_callback import buffer_callback
