@@ -13,6 +13,7 @@ import itertools
 
 from ringtrain import affinity, mpi_tuning
 from ringtrain.engine.messages import unnamed_name
+from ringtrain.engine.tuning import space as tuning_space
 from ringtrain.errors import NotInitializedError, RingtrainError
 from ringtrain.process_sets import ProcessSet, ProcessSetRegistry, global_process_set
 from ringtrain.settings import Settings
@@ -43,7 +44,7 @@ class Runtime:
         """Register ``process_set``, which every rank has agreed on (collective over the job).
 
         Its ranks split a communicator off the runtime's and start an engine on it, which
-        records no timeline.
+        records no timeline and is not tuned.
         """
         from mpi4py import MPI
 
@@ -54,7 +55,7 @@ class Runtime:
         comm = self.comm.Split(0 if member else MPI.UNDEFINED, rank)
         engine = None
         if member:
-            settings = dataclasses.replace(self.settings, timeline=None)
+            settings = dataclasses.replace(self.settings, timeline=None, autotune=False)
             engine = Engine.over(comm, settings, discover(comm))
         self.process_sets.add(process_set, rank, comm, engine)
 
@@ -83,7 +84,7 @@ def start(comm, settings: Settings) -> None:
     None means ``MPI.COMM_WORLD``. Collective over ``comm``; call it while none is current.
     """
     global _current
-    mpi_tuning.apply(settings.ring_chunk_bytes)
+    mpi_tuning.apply(tuning_space.largest_chunk(settings))
     # Imported here, not at the top: importing mpi4py.MPI initialises MPI, which a launcher
     # process or a script that sets mpi4py.rc first must not have done for it.
     from mpi4py import MPI

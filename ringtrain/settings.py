@@ -66,6 +66,17 @@ class Settings:
     # 2 cores the MLP's model.fit ran 5% faster at one inter-op thread, 17% at TensorFlow's
     # default; its custom step 2% and 5%.
     bind_cores: bool = True
+    # Rank 0 tries settings during the first steps and every rank switches to the best
+    # (``ringtrain.engine.tuning``); a setting the user gave is left alone.
+    autotune: bool = False
+    autotune_log: str | None = None  # a CSV of every sample's settings and score
+    autotune_cache: str | None = None  # a file that remembers the best settings per job
+    autotune_warmup_samples: int = 1  # samples' worth of steps run untimed before tuning
+    autotune_steps_per_sample: int = 8
+    autotune_samples: int = 20  # settings tried, the defaults first
+    # The fields above that the user gave (environment or init() keywords): autotune leaves
+    # these alone. Not a setting of its own.
+    user_set: frozenset = frozenset()
 
 
 def _parse_bool(text):
@@ -127,6 +138,21 @@ _FIELDS = {
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
     "bucket_bytes": ("BUCKET_BYTES", _parse_number(int, 0)),
     "bind_cores": ("BIND_CORES", _parse_bool),
+    "autotune": ("AUTOTUNE", _parse_bool),
+    "autotune_log": ("AUTOTUNE_LOG", _parse_path),
+    "autotune_cache": ("AUTOTUNE_CACHE", _parse_path),
+    "autotune_warmup_samples": ("AUTOTUNE_WARMUP_SAMPLES", _parse_number(int, 0)),
+    "autotune_steps_per_sample": ("AUTOTUNE_STEPS_PER_SAMPLE", _parse_number(int, 1)),
+    "autotune_samples": ("AUTOTUNE_SAMPLES", _parse_number(int, 1)),
+}
+
+# Horovod's variables that are read where the ``RINGTRAIN_*`` one is not set.
+HOROVOD_ALIASES = {
+    "HOROVOD_AUTOTUNE": "autotune",
+    "HOROVOD_AUTOTUNE_LOG": "autotune_log",
+    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "autotune_warmup_samples",
+    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "autotune_steps_per_sample",
+    "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "autotune_samples",
 }
 
 
@@ -183,6 +209,9 @@ def read(environ=None, **overrides) -> Settings:
     for field, (var, parse) in _FIELDS.items():
         if PREFIX + var in environ:
             values[field] = _apply(parse, environ[PREFIX + var], PREFIX + var)
+    for alias, field in HOROVOD_ALIASES.items():
+        if alias in environ and field not in values:
+            values[field] = _apply(_FIELDS[field][1], environ[alias], alias)
     for field, value in overrides.items():
         if field not in _FIELDS:
             raise TypeError(
@@ -193,7 +222,7 @@ def read(environ=None, **overrides) -> Settings:
         if value is not None or field in _NONE_ALLOWED:
             parse = _FIELDS[field][1]
             values[field] = value if value is None else _apply(parse, value, field)
-    return Settings(**values)
+    return Settings(**values, user_set=frozenset(values))
 
 
 def _apply(parse, raw, label):

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from ringtrain.bench import allreduce, cluster, compare, kernels, negotiation, train
+from ringtrain.bench import allreduce, autotune, cluster, compare, kernels, negotiation, train
 
 
 def main(argv=None) -> int:
@@ -12,6 +12,7 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="benchmark", required=True)
     allreduce.add_arguments(commands.add_parser("allreduce", help=allreduce.__doc__))
     kernels.add_arguments(commands.add_parser("kernels", help=kernels.__doc__))
+    autotune.add_arguments(commands.add_parser("autotune", help=autotune.__doc__.splitlines()[0]))
     cluster.add_arguments(commands.add_parser("cluster", help=cluster.__doc__.splitlines()[0]))
     train.add_arguments(commands.add_parser("train", help=train.__doc__.splitlines()[0]))
     compare.add_arguments(commands.add_parser("compare", help=compare.__doc__.splitlines()[0]))
@@ -21,6 +22,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     runs = {
         "allreduce": allreduce.run,
+        "autotune": autotune.run,
         "cluster": cluster.run,
         "compare": compare.run,
         "kernels": kernels.run,

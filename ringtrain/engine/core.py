@@ -28,6 +28,7 @@ from ringtrain.engine.liveness import Liveness, PeerWatch
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.sides import CoordinatorSide, WorkerSide, listed
 from ringtrain.engine.stall import StallInspector
+from ringtrain.engine.tuning import tuner as tuning
 from ringtrain.engine.turns import LONE_SPIN_SECONDS, SPIN_SECONDS, Turns
 from ringtrain.errors import (
     CollectiveTimeoutError,
@@ -67,6 +68,8 @@ class Engine:
         self._liveness = liveness
         self._clock = clock
         tree = CountTree(self.rank, self.size)
+        self._tuned = settings.autotune  # the transport then has ``retune``
+        self.tuner = None  # rank 0's autotune run (``engine.tuning``), kept once it ends
         if self.rank == 0:
             stall = StallInspector(settings.stall_check_seconds, settings.stall_shutdown_seconds)
             coordinator = Coordinator(
@@ -77,7 +80,11 @@ class Engine:
                 settings.unnamed_drift_seconds,
                 clock,
             )
-            self._side = CoordinatorSide(coordinator, channel, liveness, tree, clock)
+            if self._tuned:
+                self.tuner = tuning.tuner_for(settings, topology, transport, clock)
+            self._side = CoordinatorSide(
+                coordinator, channel, liveness, tree, clock, self.tuner, settings.cache_capacity
+            )
         else:
             self._side = WorkerSide(channel, liveness, tree)
         self._watch = PeerWatch(liveness, self._side, channel, transport.waiter, topology)
@@ -275,6 +282,9 @@ class Engine:
             if response.kind == messages.EVICTED:
                 self._evict(response)
                 continue
+            if response.kind == messages.TUNED:
+                self._retune(response.settings)
+                continue
             if response.kind == messages.STOP:
                 self._stop(_stop_error(response))
                 self._side.finish(messages.FINISHED)
@@ -285,6 +295,11 @@ class Engine:
         if self._counted:
             self._suspect_late()
         return active or bool(responses)
+
+    def _retune(self, values):
+        """Run every response from here on under the tuned ``values`` (``engine.tuning``)."""
+        self._turns.retune(values["cycle_time_ms"] / 1000)
+        self.transport.retune(values["ring_chunk_bytes"], values["hierarchical_allreduce"])
 
     def _suspect_late(self):
         """Tell rank 0 of counted submissions that have waited ``_suspect_seconds``.
@@ -389,6 +404,8 @@ class Engine:
             ident = response.cache_ids.get(request.meta.name) if request is not None else None
             if ident is not None:
                 self._cache[request.meta.name] = (request.meta, ident)
+        if self._tuned and response.kind == messages.ALLREDUCE:
+            self._side.ran(requests)
         try:
             results = self._executor.run(response, requests)
         except CollectiveTimeoutError as err:

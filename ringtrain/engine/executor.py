@@ -31,7 +31,6 @@ class Executor:
         self.size = transport.size
         self._pool = pool
         self._results = ResultMemory()
-        self._direct = transport.chunk_bytes
         self.timeline = timeline  # where spans go, or None; the engine may swap it
         self._run = {
             messages.ALLREDUCE: self._allreduce,
@@ -76,7 +75,8 @@ class Executor:
                 return lone
         present = next((r for r in requests if r is not None), None)
         backend = kernels.backend_for(planner.arrays(present)[0]) if present else _CPU
-        plan = planner.plan_allreduce(response, requests, self.size, self._direct, backend is _CPU)
+        direct = self.transport.chunk_bytes  # the tuner may change it between responses
+        plan = planner.plan_allreduce(response, requests, self.size, direct, backend is _CPU)
         outputs = [None] * len(plan.members)
         for unit in plan.units:
             if unit.in_place:

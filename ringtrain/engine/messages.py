@@ -116,7 +116,8 @@ class Response:
     the ids that no longer stand for their names (each rank sends its counted submissions
     of those names whole); kinds ``stalled`` and ``drifted`` fail the handles of ``names`` on the
     ``ranks`` listed only (the stall shutdown, and the drift check of unnamed calls: the
-    coordinator has forgotten those submissions).
+    coordinator has forgotten those submissions); kind ``tuned`` gives the ``settings`` that
+    every rank runs the responses after it under (``engine.tuning``).
     """
 
     kind: str
@@ -129,6 +130,7 @@ class Response:
     last_joined: int = -1
     withdrawn_by: int = -1
     ranks: tuple = ()
+    settings: dict | None = None
 
 
 _FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Response)))
@@ -149,5 +151,6 @@ EVICTED = "evicted"
 WITHDRAWN = "withdrawn"
 STALLED = "stalled"
 DRIFTED = "drifted"
+TUNED = "tuned"
 SHUTDOWN_REQUEST = "shutdown"
 FINISHED = "finished"  # a rank's last control message, after it has stopped

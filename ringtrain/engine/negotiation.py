@@ -111,6 +111,18 @@ class Coordinator:
             self.stall.seen(meta.name, now)
             self._note_if_ready(meta.name, now)
 
+    def retune(self, fusion_threshold: int, cache_capacity: int) -> None:
+        """Plan from now on with ``fusion_threshold``, and a cache of ``cache_capacity`` ids.
+
+        A cache turned off forgets every id, as a join does: the ranks send their counted
+        submissions whole.
+        """
+        self.fusion_threshold = fusion_threshold
+        self.cache_capacity = cache_capacity
+        if not cache_capacity:
+            for name in list(self._cache_id):
+                self._evict(name)
+
     def _withdraw(self, rank, name):
         """Forget ``rank``'s submission of ``name`` unless a response has taken it already.
 

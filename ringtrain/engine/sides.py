@@ -51,13 +51,42 @@ class _Side:
 
 
 class CoordinatorSide(_Side):
-    """Rank 0: its submissions go straight to the ``Coordinator``, which answers every rank."""
+    """Rank 0: its submissions go straight to the ``Coordinator``, which answers every rank.
 
-    def __init__(self, coordinator, channel, liveness, tree, clock=time.monotonic):
+    With a ``tuner`` (``engine.tuning.tuner.Tuner``), the allreduces this rank runs feed
+    it, and the settings it picks go to every rank ahead of the next responses.
+    ``cache_capacity`` is the cache's size where the tuner turns it on.
+    """
+
+    def __init__(
+        self,
+        coordinator,
+        channel,
+        liveness,
+        tree,
+        clock=time.monotonic,
+        tuner=None,
+        cache_capacity=0,
+    ):
         super().__init__(channel, liveness, tree)
         self.coordinator = coordinator
         self._clock = clock
         self._next_check = 0.0
+        self._tuner = tuner
+        self._cache_capacity = cache_capacity
+        self._switch: dict | None = None  # settings the tuner picked, to send
+
+    def ran(self, requests) -> None:
+        """Give the tuner, while it runs, an allreduce of this rank's ``requests``."""
+        tuner = self._tuner
+        if tuner is None:
+            return
+        metas = [request.meta for request in requests if request is not None]
+        values = tuner.ran(metas) if metas else None
+        if tuner.done:
+            self._tuner = None
+        if values is not None:
+            self._switch = values
 
     def send(self, entries) -> None:
         """Hand this rank's ``entries`` (metas, withdrawals...) to the coordinator."""
@@ -66,6 +95,12 @@ class CoordinatorSide(_Side):
     def receive(self) -> list:
         """Take every rank's submissions and counts, decide, send the responses, return them."""
         coordinator = self.coordinator
+        tuned = self._switch
+        if tuned is not None:  # planned from here on with the new settings, on every rank
+            # Before the counts: a cache turned off makes them void, as evicted ids' are.
+            self._switch = None
+            capacity = self._cache_capacity if tuned["response_cache"] else 0
+            coordinator.retune(tuned["fusion_threshold"], capacity)
         for source, entries in self._channel.submissions():
             self._liveness.heard(source)
             coordinator.add(source, entries)
@@ -73,6 +108,8 @@ class CoordinatorSide(_Side):
         if risen:
             coordinator.agree(risen)
         responses = coordinator.responses()
+        if tuned is not None:
+            responses.insert(0, messages.Response(messages.TUNED, [], settings=tuned))
         now = self._clock()
         if now >= self._next_check:
             self._next_check = now + _CHECK_EVERY
@@ -124,6 +161,9 @@ class WorkerSide(_Side):
     def send(self, entries) -> None:
         """Send this rank's ``entries`` to the coordinator."""
         self._channel.submit(entries)
+
+    def ran(self, requests) -> None:
+        """Do nothing: only the coordinator tunes."""
 
     def receive(self) -> list:
         """Pass the subtree's risen counts up; return the coordinator's responses that came."""

@@ -82,6 +82,10 @@ class Turns:
         self._wakeup = threading.Event()
         self._thread = threading.Thread(target=self._main, name="ringtrain-engine", daemon=True)
 
+    def retune(self, cycle_seconds: float) -> None:
+        """Sleep at most ``cycle_seconds`` (or ``BUSY_SLEEP_SECONDS``) from now on while waiting."""
+        self._busy_sleep = min(cycle_seconds, BUSY_SLEEP_SECONDS)
+
     def start(self) -> None:
         """Start the engine thread."""
         self._thread.start()
@@ -135,7 +139,7 @@ class Turns:
             self._abort(err, "its own thread")
 
     def _loop(self):
-        idle_sleep, busy_sleep = self._idle_sleep, self._busy_sleep
+        idle_sleep = self._idle_sleep
         sleep = _FIRST_POLL
         last_event = time.perf_counter()
         while not self._stopped():
@@ -156,7 +160,7 @@ class Turns:
                 os.sched_yield()  # releases the GIL; time.sleep(0) would cost ~70 us here
                 continue
             if self._in_flight() or self._pending():
-                sleep = min(sleep * 2, busy_sleep)
+                sleep = min(sleep * 2, self._busy_sleep)
                 self._wakeup.wait(sleep)
             else:
                 self._wakeup.wait(idle_sleep)

@@ -172,6 +172,8 @@ def _settings(args):
         stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
         stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,
         hierarchical_allreduce=args.hierarchical_allreduce,
+        autotune=args.autotune,
+        autotune_log_file=args.autotune_log_file,
     )
 
 
@@ -231,6 +233,14 @@ def _parser():
         "--hierarchical-allreduce",
         action="store_true",
         help="reduce within each host, then across hosts",
+    )
+    tuning.add_argument(
+        "--autotune",
+        action="store_true",
+        help="try settings during the first steps and keep the best (RINGTRAIN_AUTOTUNE)",
+    )
+    tuning.add_argument(
+        "--autotune-log-file", metavar="FILE", help="CSV of every autotune sample and the best"
     )
     flexible = parser.add_argument_group(
         "elastic jobs (relaunched from their last commit when a rank fails or hosts change)"

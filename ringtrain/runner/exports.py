@@ -10,6 +10,8 @@ _OPTIONS = {
     "stall_check_warning_time_seconds": ("stall_check_seconds", str),
     "stall_check_shutdown_time_seconds": ("stall_shutdown_seconds", str),
     "hierarchical_allreduce": ("hierarchical_allreduce", lambda on: "1"),
+    "autotune": ("autotune", lambda on: "1"),
+    "autotune_log_file": ("autotune_log", str),
 }
 
 

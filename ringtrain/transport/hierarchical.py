@@ -51,6 +51,10 @@ class HierarchicalAllreduce:
             peers = [r for r in range(comm.Get_size()) if _position(topology.hosts, r) == position]
             self.across = MessageTransport(cross, chunk_bytes, window_bytes, pool, waiter, peers)
 
+    def rings(self) -> list:
+        """Return this rank's message rings: within its host, and across hosts where it runs one."""
+        return [ring for ring in (self._local, self.across) if ring is not None]
+
     def allreduce(self, src, dst, op: ReduceOp, postscale: float, codec=None) -> int:
         """Reduce ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 

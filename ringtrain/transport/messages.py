@@ -75,6 +75,11 @@ class MessageTransport:
         self._left = (self.rank - 1) % self.size
         self._link_rate = None  # bytes/s of this rank's last timed ring sends (None: none yet)
 
+    @property
+    def link_rate(self) -> float | None:
+        """Return the bytes per second of this rank's last timed ring sends (None: none yet)."""
+        return self._link_rate
+
     def ring(self, src, dst, op, postscale, bounds, allgather, codec=None, feed=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.
 

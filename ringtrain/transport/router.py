@@ -8,6 +8,7 @@ ring, the ring that reads peers' memory in place, the hierarchical composition, 
 GPU memory, a copy through the host and back.
 """
 
+import dataclasses
 import functools
 import os
 
@@ -51,7 +52,9 @@ class Transport:
 
     Built collectively over ``comm``, whose ``topology`` it is. How calls run must match on
     every rank, so rank 0's ``settings`` (ring chunk, its trial and window, shared-memory sizes,
-    hierarchical, the collective timeout) win. ``pool`` holds the scratch buffers.
+    hierarchical, the collective timeout, autotune) win. ``pool`` holds the scratch buffers.
+    Under autotune, ``retune`` switches the ring chunk and hierarchical or flat between calls;
+    the chunk trial across hosts is then off, unless the user set the chunk.
     """
 
     def __init__(self, comm: MPI.Comm, topology, settings, pool: BufferPool):
@@ -61,18 +64,27 @@ class Transport:
         hierarchical = hierarchical_wanted(
             settings.hierarchical_allreduce, topology.host_count, topology.most_per_host
         )
-        chunk, trial, window, shared_bytes, result_bytes, hierarchical, timeout = comm.bcast(
+        both_ways = topology.host_count > 1 and topology.most_per_host > 1
+        user_set = settings.user_set
+        switchable = settings.autotune and both_ways and "hierarchical_allreduce" not in user_set
+        trial = settings.ring_chunk_trial and not (
+            settings.autotune and "ring_chunk_bytes" not in user_set
+        )
+        agreed = comm.bcast(
             (
                 settings.ring_chunk_bytes,
-                settings.ring_chunk_trial,
+                trial,
                 settings.ring_window_bytes,
                 settings.shared_memory_bytes,
                 settings.shared_result_bytes,
                 hierarchical,
+                switchable,
                 settings.collective_timeout,
             ),
             root=0,
         )
+        chunk, trial, window, shared_bytes, result_bytes, hierarchical, switchable, timeout = agreed
+        self.hierarchical_switchable = switchable
         self.chunk_bytes = chunk
         self.waiter = Waiter(timeout, topology)
         everyone = range(self.size)
@@ -80,7 +92,7 @@ class Transport:
         self.hierarchical = None
         self.shared = None
         self.attach = None
-        if hierarchical:
+        if hierarchical or switchable:
             self.hierarchical = HierarchicalAllreduce(
                 comm, topology, chunk, window, pool, self.waiter
             )
@@ -120,6 +132,25 @@ class Transport:
         if self.attach is not None:
             routes[Route.ATTACH] = AttachRoute(self.shared, self.attach)
         return routes
+
+    def retune(self, chunk_bytes: int, hierarchical: bool) -> None:
+        """Cut rings at ``chunk_bytes`` from the next call; split by host or not where both work.
+
+        Every rank calls it alike, between two calls (``engine.tuning``).
+        """
+        self.chunk_bytes = chunk_bytes
+        rings = [self.messages, *(self.hierarchical.rings() if self.hierarchical else ())]
+        for ring in rings:
+            ring.chunk_bytes = ring.link_chunk_bytes = chunk_bytes
+        if self.hierarchical_switchable and hierarchical != self.capabilities.hierarchical:
+            self.capabilities = dataclasses.replace(self.capabilities, hierarchical=hierarchical)
+
+    def link_rate(self) -> float | None:
+        """Return the bytes per second this rank last sent across hosts at (None: unmeasured)."""
+        if self.capabilities.across_hosts and self.capabilities.hierarchical:
+            across = self.hierarchical.across
+            return across.link_rate if across is not None else None
+        return self.messages.link_rate if self.capabilities.across_hosts else None
 
     def allreduce(self, src, dst, op: ReduceOp, postscale: float = 1.0, codec=None) -> int:
         """Reduce 1-D ``src`` over all ranks into ``dst`` (may be ``src``), times ``postscale``.

@@ -1,0 +1,133 @@
+"""Rank 0's autotune run: warm up, recall or search, then settle on the best settings.
+
+The engine hands the tuner every allreduce that rank 0 runs (``Tuner.ran``); when it
+returns settings, the coordinator's side sends them to every rank as a ``tuned``
+response, which each rank applies between two responses, so that every collective runs
+whole under one set of settings on every rank (``engine.core``). The run:
+
+1. Warm-up: ``autotune_warmup_samples`` samples' worth of steps run untimed (tracing,
+   first-touch allocation). The last whole step names the job (``memory.job_key``).
+2. Where the remembered settings (``memory``) hold the job, every rank switches to them,
+   and tuning ends there.
+3. Otherwise ``autotune_samples`` samples, the job's starting settings first, each
+   ``autotune_steps_per_sample`` whole steps long, scored in bytes reduced per second
+   (``steps``) and proposed by the search (``search``). Each is logged (``log``).
+4. Every rank switches to the best; it is logged last and remembered.
+
+A job whose allreduces never repeat a name has no steps to time: after
+``GIVE_UP_RESPONSES`` allreduces without one, the tuner warns, and the job keeps (or goes
+back to) the settings it started with.
+"""
+
+import warnings
+
+from ringtrain.engine.tuning import search as search_module
+from ringtrain.engine.tuning import space
+from ringtrain.engine.tuning.log import TuningLog
+from ringtrain.engine.tuning.memory import TuningMemory, job_key
+from ringtrain.engine.tuning.steps import StepClock, signature
+
+GIVE_UP_RESPONSES = 10_000
+
+
+class Tuner:
+    """One job's autotune run on rank 0; see the module docstring.
+
+    ``fields``: the settings it tunes (``space.tuned_fields``); ``start``: every tunable
+    setting's value at the start (``space.current``); ``key_of(signature)`` returns the
+    job's key for the memory. ``settings`` gives the budget, the log and the memory's path.
+    """
+
+    def __init__(self, settings, fields, start: dict, key_of, clock, seed: int = 0):
+        search_module.load_optimiser()  # a missing optuna fails at init(), not mid-job
+        self.fields = tuple(fields)
+        self.start = dict(start)
+        self._key_of = key_of
+        self._seed = seed
+        self._steps = StepClock(clock)
+        self._per_sample = settings.autotune_steps_per_sample
+        self._warmup_steps = settings.autotune_warmup_samples * self._per_sample
+        self._samples = settings.autotune_samples
+        self._log = TuningLog(settings.autotune_log) if settings.autotune_log else None
+        self._memory = TuningMemory(settings.autotune_cache) if settings.autotune_cache else None
+        self._search = None
+        self._key = None
+        self._trying: dict | None = None  # the sample being timed
+        self.sampled = 0  # samples scored
+        self.done = False
+
+    def ran(self, metas) -> dict | None:
+        """Take one allreduce that rank 0 ran; return settings every rank must switch to."""
+        steps = self._steps
+        if not steps.ran(metas):
+            if steps.since_boundary >= GIVE_UP_RESPONSES:
+                return self._give_up()
+            return None
+        if self._search is None:
+            return self._warmed_up() if steps.steps >= self._warmup_steps else None
+        if steps.steps < self._per_sample:
+            return None
+        score = steps.score()
+        self._search.tell(score)
+        self.sampled += 1
+        if self._log is not None:
+            self._log.sample(self.sampled, self._trying, score)
+        if self.sampled == self._samples:
+            best, best_score = self._search.best()
+            return self._finish({**self.start, **best}, best_score)
+        return self._next()
+
+    def _warmed_up(self):
+        """Name the job; return its remembered settings, or the first sample's."""
+        self._key = self._key_of(signature(self._steps.last_step))
+        remembered = self._memory.recall(self._key) if self._memory is not None else None
+        if remembered is not None:
+            self.done = True
+            self._close()
+            return {**self.start, **{f: remembered[f] for f in self.fields}}
+        if not self.fields:
+            self.done = True
+            self._close()
+            return None
+        self._search = search_module.Search(self.fields, self.start, self._seed)
+        return self._next()
+
+    def _next(self):
+        self._trying = {**self.start, **self._search.ask()}
+        self._steps.restart()
+        return self._trying
+
+    def _finish(self, best, score):
+        if self._log is not None:
+            self._log.sample("best", best, score)
+        if self._memory is not None:
+            self._memory.remember(self._key, best, score)
+        self.done = True
+        self._close()
+        return best
+
+    def _give_up(self):
+        warnings.warn(
+            f"autotune stopped: {GIVE_UP_RESPONSES} allreduces ran without a name coming "
+            "back, so there are no steps to time (name the tensors a step reduces); the "
+            "settings stay as they were at the start",
+            stacklevel=2,
+        )
+        self.done = True
+        self._close()
+        return dict(self.start) if self._trying is not None else None
+
+    def _close(self):
+        if self._log is not None:
+            self._log.close()
+
+
+def tuner_for(settings, topology, transport, clock) -> Tuner:
+    """Return the tuner of an engine on rank 0 over ``transport`` (``router.Transport``)."""
+    start = space.current(settings, transport.capabilities.hierarchical)
+    fields = space.tuned_fields(settings.user_set, transport.hierarchical_switchable)
+
+    def key_of(model):
+        return job_key(model, topology, transport.link_rate())
+
+    return Tuner(settings, fields, start, key_of, clock)

@@ -1,0 +1,137 @@
+"""Autotune under mpirun: ranks switch settings mid-run, and every result stays NumPy's.
+
+Argument: a folder for the log and the cache. At -np 2 on this host; at -np 3 and 4 on
+pretend hosts of two ranks, where hierarchical or flat is tuned too. Each step submits
+named allreduces (lengths 0, 1, uneven, one larger than the shared-memory calls and a
+fused few; several dtypes and ops), every rank its own data, all checked against NumPy.
+Then: the log holds every sample and the best, every rank ends under the same settings,
+which are the best; a second engine with the cache switches to them without tuning; a
+ring chunk the user set is never changed.
+"""
+
+import csv
+import os
+import sys
+
+import numpy as np
+from common import assert_equal, expected, main, pretend_hosts, rank_data
+from mpi4py import MPI
+
+import ringtrain
+from ringtrain import settings
+from ringtrain.engine import messages
+from ringtrain.engine.core import Engine
+from ringtrain.engine.tuning import space
+from ringtrain.topology import discover
+
+WARMUP, PER_SAMPLE, SAMPLES = 1, 2, 6
+# name -> (length, dtype, op): a step's tensors, as a training step hands over gradients.
+TENSORS = {
+    "w0": (0, np.float32, ringtrain.Sum),
+    "w1": (1, np.float32, ringtrain.Average),
+    "w2": (1001, np.float32, ringtrain.Sum),
+    "w3": (3333, np.float64, ringtrain.Max),
+    "w4": (1_300_007, np.float32, ringtrain.Sum),  # 5.2 MB: past the shared-memory calls
+    "w5": (77, np.int32, ringtrain.Sum),
+}
+
+
+def run_step(engine, comm, step):
+    """Submit every tensor of one step on this rank, wait, and check each against NumPy."""
+    r, n = comm.Get_rank(), comm.Get_size()
+    requests = {}
+    order = list(TENSORS) if r % 2 == 0 else list(TENSORS)[::-1]
+    for name in order:
+        length, dtype, op = TENSORS[name]
+        data = rank_data(r, (length,), dtype, salt=step)
+        meta = messages.Meta(name, messages.ALLREDUCE, np.dtype(dtype).name, (length,), int(op))
+        requests[name] = engine.submit(meta, data)
+    for name in TENSORS:
+        length, dtype, op = TENSORS[name]
+        got = engine.wait(requests[name].handle)
+        want = expected(op, [rank_data(k, (length,), dtype, salt=step) for k in range(n)], dtype)
+        assert_equal(got, want, f"step {step}: {name} ({length} {np.dtype(dtype).name})")
+
+
+def applied(engine):
+    """Return the settings this rank runs under now, as the tuner names them."""
+    return (
+        engine.transport.chunk_bytes,
+        engine.transport.capabilities.hierarchical,
+        engine._turns._busy_sleep,
+    )
+
+
+def tuned_run(comm, topology, chosen, steps):
+    """Run ``steps`` steps on a tuned engine; return rank 0's tuner and every rank's settings."""
+    engine = Engine.over(comm, chosen, topology)
+    seen = set()
+    for step in range(steps):
+        run_step(engine, comm, step)
+        seen.add(applied(engine))
+    final = applied(engine)
+    tuner = engine.tuner
+    engine.shutdown()
+    return tuner, seen, comm.allgather(final)
+
+
+def body():
+    folder = sys.argv[1]
+    comm = MPI.COMM_WORLD
+    r, n = comm.Get_rank(), comm.Get_size()
+    topology = discover(comm) if n == 2 else pretend_hosts(comm, 2)
+    log = os.path.join(folder, "autotune.csv")
+    cache = os.path.join(folder, "autotune.json")
+    budget = dict(
+        autotune=True,
+        autotune_warmup_samples=WARMUP,
+        autotune_steps_per_sample=PER_SAMPLE,
+        autotune_samples=SAMPLES,
+        autotune_cache=cache,
+    )
+    steps = WARMUP * PER_SAMPLE + 2 + SAMPLES * (PER_SAMPLE + 1) + 3
+    first = settings.read(autotune_log=log, **budget)
+    tuner, seen, finals = tuned_run(comm, topology, first, steps)
+    assert len(set(finals)) == 1, f"ranks ended under different settings: {finals}"
+    assert len(seen) > 1, f"rank {r}: the settings never changed: {seen}"
+    if r == 0:
+        assert tuner.done and tuner.sampled == SAMPLES, (tuner.done, tuner.sampled)
+        wanted_fields = set(space.FIELDS) - (set() if n > 2 else {"hierarchical_allreduce"})
+        assert set(tuner.fields) == wanted_fields, tuner.fields
+        with open(log) as file:
+            rows = list(csv.DictReader(file))
+        assert [row["sample"] for row in rows] == [*map(str, range(1, SAMPLES + 1)), "best"], rows
+        first = rows[0]
+        for field, value in tuner.start.items():
+            assert first[field] == str(value), f"the first sample is not the start: {first}"
+        best = rows[-1]
+        scores = [float(row["score_bytes_per_second"]) for row in rows[:-1]]
+        assert float(best["score_bytes_per_second"]) == max(scores), rows
+        chunk, hierarchical, _ = finals[0]
+        assert best["ring_chunk_bytes"] == str(chunk), (best, finals[0])
+        assert best["hierarchical_allreduce"] == str(hierarchical), (best, finals[0])
+
+    if r == 0:
+        hierarchical = {row["hierarchical_allreduce"] for row in rows}
+        cache = {row["response_cache"] for row in rows}
+        assert cache == {"True", "False"} and len(hierarchical) == (2 if n > 2 else 1), rows
+
+    # Remembered: the same job again starts from the best and tunes nothing. On one host
+    # only: across (pretend) hosts the key holds the link rate measured, which varies here.
+    if topology.one_host:
+        again, _, finals_again = tuned_run(comm, topology, settings.read(**budget), WARMUP * 2 + 4)
+        assert finals_again == finals, f"remembered {finals_again}, tuned {finals}"
+        if r == 0:
+            assert again.done and again.sampled == 0, (again.done, again.sampled)
+
+    # A ring chunk the user set stays, through every sample.
+    user_chunk = 3 << 16
+    chosen = settings.read(ring_chunk_bytes=user_chunk, **{**budget, "autotune_cache": None})
+    kept, seen, _ = tuned_run(comm, topology, chosen, steps)
+    assert {s[0] for s in seen} == {user_chunk}, f"rank {r}: the user's chunk changed: {seen}"
+    if r == 0:
+        assert "ring_chunk_bytes" not in kept.fields and kept.done, kept.fields
+
+
+if __name__ == "__main__":
+    main(body)
