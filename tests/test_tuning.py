@@ -325,3 +325,18 @@ def test_the_coordinator_plans_with_the_new_threshold_and_a_cache_turned_off_evi
     for rank in range(2):
         coord.add(rank, [_meta("a", 100)])
     assert coord.responses()[0].cache_ids == {"a": 2}
+
+
+# -- the benchmark's plan ------------------------------------------------------------------
+
+
+def test_the_benchmarks_warmup_outlasts_tuning_and_its_sweep_points_are_valid_settings():
+    from ringtrain.bench import autotune
+
+    env = {"RINGTRAIN_AUTOTUNE_SAMPLES": "5", "RINGTRAIN_AUTOTUNE_STEPS_PER_SAMPLE": "3"}
+    assert autotune.warmup_steps(env) == 1 * 3 + 2 + 5 * (3 + 1) + 20
+    points = autotune.sweep_points()
+    assert len({tuple(sorted(p.items())) for p in points}) == len(points) == 8
+    for point in points:
+        chosen = settings.read(point)
+        assert chosen.user_set == {"fusion_threshold", "ring_chunk_bytes", "cache_capacity"}

@@ -66,6 +66,12 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--small-bytes", type=_float32_bytes, default=16 * _KIB, help="bytes of each small tensor"
     )
+    parser.add_argument(
+        "--warmup-calls",
+        type=int,
+        default=0,
+        help="untimed calls of the first size's allreduce before any timing (for autotune)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     parser.add_argument(
         "--adasum",
@@ -182,6 +188,9 @@ def run(args) -> int:
 
         theirs = _mpi_allreduce(comm, src, recv)
 
+        if nbytes == args.sizes[0]:
+            for _ in range(args.warmup_calls):
+                ours()
         single = _median_time(comm, ours, args.seconds)
         mpi = _median_time(comm, theirs, args.seconds)
         rows.append(_row("single", nbytes, n, single, mpi))

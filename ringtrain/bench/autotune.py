@@ -1,25 +1,35 @@
-"""Autotune against a sweep: training throughput with the defaults, tuned, and fixed settings.
+"""Autotune against a sweep: a job's speed with the defaults, tuned, and fixed settings.
 
-``python -m ringtrain.bench autotune`` runs ``bench train``'s ringtrain contender (the custom
-train step, at ``--np`` ranks) once per round for each of: the defaults, autotune on, and
-every point of a sweep of fixed settings (fusion threshold x ring chunk x response cache).
+``python -m ringtrain.bench autotune`` runs one job once per round for each of: the
+defaults, autotune on, and every point of a sweep of fixed settings (fusion threshold x
+ring chunk x response cache). The job is ``bench train``'s ringtrain contender (the custom
+train step, at ``--np`` ranks; ``--workload train``, samples/s) or ``bench allreduce`` of
+one ``--size`` (``--workload allreduce``, calls/s, with its ratio to ``MPI_Allreduce``).
 Every run has the same untimed warm-up, at least as long as tuning takes, so the tuned run
 is timed under the settings it settled on. It prints, as medians over the rounds of ratios
 taken within each round, the tuned run against the best fixed setting of that round's sweep
 and against the defaults, and the settings that autotune chose.
+
+With ``--hosts H`` (root) the ranks run on H namespace test hosts (``ringtrain.bench.netns``),
+``--slots`` ranks each, with every host's link capped at ``--rate`` both ways.
 """
 
 import csv
 import itertools
+import json
 import os
-import shutil
+import shlex
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
 from ringtrain import settings
-from ringtrain.bench import train
+from ringtrain.bench import cluster, netns, train
+from ringtrain.bench.children import EndedBySignalError, signals_raise
+
+PREFIX = "rttune"
 
 # The sweep: fusion threshold x ring chunk x response cache (8 fixed settings).
 SWEEP = {
@@ -31,7 +41,9 @@ SWEEP = {
 
 def add_arguments(parser) -> None:
     """Add this benchmark's options to ``parser``."""
+    parser.add_argument("--workload", choices=["train", "allreduce"], default="train")
     parser.add_argument("--model", default="mlp", help="bench train's model (default mlp)")
+    parser.add_argument("--size", type=int, default=1 << 20, help="allreduce bytes (default 1 MiB)")
     parser.add_argument("--batch", type=int, default=64, help="per rank (default 64)")
     parser.add_argument("--np", type=int, default=2, help="ranks (default 2)")
     parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
@@ -40,6 +52,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--inter-op-threads", type=int, default=0, help="as bench train (0: TensorFlow's)"
     )
+    parser.add_argument("--hosts", type=int, default=0, help="namespace test hosts (root)")
+    parser.add_argument("--slots", type=int, default=1, help="with --hosts: ranks per host")
+    parser.add_argument("--rate", default="1gbit", help="with --hosts: each host's link cap")
 
 
 def warmup_steps(environ=os.environ) -> int:
@@ -59,44 +74,100 @@ def sweep_points() -> list[dict]:
 
 
 def run(args) -> int:
-    """Run every round; print the ratios and what autotune chose."""
+    """Run every round, on this machine or on test hosts; print the ratios and the choices."""
     args.warmup = warmup_steps()
     args.backend, args.compression = "tensorflow", "none"
-    command = [*train.worker_command(args, "ringtrain", args.model), "--skip-fit"]
-    runner = [sys.executable, "-m", "ringtrain.runner", "-np", str(args.np), *command]
+    args.mpi_ratios = {}  # allreduce: each setting's ratios to MPI_Allreduce, per round
+    if not args.hosts:
+        runner = [sys.executable, "-m", "ringtrain.runner", "-np", str(args.np), *_command(args)]
+        return _rounds(args, lambda env: _rate(args, runner, env))
+    reason = netns.why_unavailable(PREFIX, ("tbf",))
+    if reason:
+        print(f"bench autotune: cannot run: {reason}", file=sys.stderr)
+        return 2
+    try:
+        with (
+            signals_raise(),
+            netns.cluster(args.hosts, PREFIX) as hosts,
+            tempfile.TemporaryDirectory(prefix="ringtrain-autotune-") as folder,
+        ):
+            netns.limit_links(list(hosts), args.rate, None, PREFIX)
+            return _rounds(args, _on_hosts(args, list(hosts), Path(folder)))
+    except EndedBySignalError as ended:
+        print(f"bench autotune: {ended}; the test hosts are removed", file=sys.stderr)
+        return 128 + ended.signum
+
+
+def _command(args):
+    if args.workload == "allreduce":
+        sizes, seconds = str(args.size), str(max(1.0, args.steps / 100))
+        return [
+            sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", sizes,
+            "--small-count", "0", "--seconds", seconds, "--warmup-calls", str(args.warmup),
+        ]  # fmt: skip
+    return [*train.worker_command(args, "ringtrain", args.model), "--skip-fit"]
+
+
+def _on_hosts(args, names, folder):
+    """Return a function that runs the job on the test hosts with an environment's settings."""
+    args.np = len(names) * args.slots
+    hostfile = folder / "hosts"
+    hostfile.write_text("".join(f"{name} slots={args.slots}\n" for name in names))
+    runner = [
+        sys.executable, "-m", "ringtrain.runner", "-np", str(args.np),
+        "--hostfile", str(hostfile), "--network-interface", netns.SUBNET,
+        "--mpi-args", shlex.join(cluster.mpi_args()), *_command(args),
+    ]  # fmt: skip
+    base = cluster.rank_env()
+    return lambda env: _rate(args, netns.on_host(names[0], runner), {**base, **env})
+
+
+def _rounds(args, measure) -> int:
+    """Measure the defaults, autotune and the sweep ``args.rounds`` times; print them."""
     points = sweep_points()
     rounds, chosen = [], []
     for number in range(1, args.rounds + 1):
-        folder = tempfile.mkdtemp(prefix="ringtrain-autotune-")
-        try:
+        with tempfile.TemporaryDirectory(prefix="ringtrain-autotune-log-") as folder:
             log = os.path.join(folder, "autotune.csv")
             tuned_env = {"RINGTRAIN_AUTOTUNE": "1", "RINGTRAIN_AUTOTUNE_LOG": log}
-            rates = {
-                "defaults": _rate(runner, args, {}),
-                "autotune": _rate(runner, args, tuned_env),
-            }
+            rates = {"defaults": measure({}), "autotune": measure(tuned_env)}
             chosen.append(_best_row(log))
-        finally:
-            shutil.rmtree(folder)
         for point in points:
-            rates[_label(point)] = _rate(runner, args, point)
+            rates[_env_label(point)] = measure(point)
         rounds.append(rates)
-        best = max(rates[_label(p)] for p in points)
+        best = max(rates[_env_label(p)] for p in points)
         print(
             f"round {number}/{args.rounds}: defaults {rates['defaults']:.0f}, autotune "
-            f"{rates['autotune']:.0f}, best fixed {best:.0f} samples/s",
+            f"{rates['autotune']:.0f}, best fixed {best:.0f} {_unit(args)}",
             flush=True,
         )
     _print(args, rounds, points, chosen)
     return 0
 
 
-def _rate(runner, args, env) -> float:
-    (result,) = train.launch([runner], args.timeout, [env])
-    return result["samples_per_sec"]
+def _rate(args, command, env) -> float:
+    """Run ``command`` once with ``env``; return samples/s (train) or calls/s (allreduce).
+
+    An allreduce run also keeps its ratio to ``MPI_Allreduce`` in ``args.mpi_ratios``.
+    """
+    if args.workload == "train":
+        (result,) = train.launch([command], args.timeout, [env])
+        return result["samples_per_sec"]
+    with tempfile.TemporaryDirectory(prefix="ringtrain-autotune-rows-") as folder:
+        rows = os.path.join(folder, "rows.json")
+        train.launch([[*command, "--json", rows]], args.timeout, [env])
+        (single,) = [r for r in json.loads(Path(rows).read_text()) if r["case"] == "single"]
+    args.mpi_ratios.setdefault(_env_label(env), []).append(single["busbw_ratio"])
+    return 1e6 / single["ringtrain_us"]
 
 
-def _label(point) -> str:
+def _env_label(env) -> str:
+    """Return how the table names the run of ``env``: defaults, autotune, or a sweep point."""
+    if not env or set(env) <= set(cluster.rank_env()):
+        return "defaults"
+    if "RINGTRAIN_AUTOTUNE" in env:
+        return "autotune"
+    point = env
     fusion = int(point["RINGTRAIN_FUSION_THRESHOLD"]) >> 20
     chunk = int(point["RINGTRAIN_RING_CHUNK_BYTES"]) >> 10
     cache = "on" if int(point["RINGTRAIN_CACHE_CAPACITY"]) else "off"
@@ -112,17 +183,28 @@ def _best_row(log) -> dict:
     return rows[-1]
 
 
+def _unit(args) -> str:
+    return "samples/s" if args.workload == "train" else "calls/s"
+
+
 def _print(args, rounds, points, chosen) -> None:
-    labels = ["defaults", "autotune", *(_label(p) for p in points)]
+    labels = ["defaults", "autotune", *(_env_label(p) for p in points)]
+    where = f", {args.hosts} test hosts x {args.slots}, links at {args.rate}" if args.hosts else ""
+    per_rank = f", batch {args.batch} per rank" if args.workload == "train" else ""
     print(
-        f"{args.model}, -np {args.np}, batch {args.batch} per rank, {args.steps} steps timed "
-        f"after {args.warmup} (tuning ends within {args.warmup - 20}); medians of "
-        f"{args.rounds} rounds"
+        f"{args.workload}, -np {args.np}{where}{per_rank}, "
+        f"{args.steps} steps timed after {args.warmup} (tuning ends within "
+        f"{args.warmup - 20}); medians of {args.rounds} rounds"
     )
-    print(f"{'setting':<40} {'samples/s':>10}")
+    job = args.model if args.workload == "train" else f"allreduce of {args.size} bytes"
+    mpi = "" if args.workload == "train" else f" {'vs MPI_Allreduce':>17}"
+    print(f"{job}: {'setting':<40} {_unit(args):>10}{mpi}")
     for label in labels:
-        print(f"{label:<40} {np.median([r[label] for r in rounds]):>10.0f}")
-    best_fixed = [max(r[_label(p)] for p in points) for r in rounds]
+        ratio = args.mpi_ratios.get(label)
+        shown = f" {np.median(ratio):>17.3f}" if ratio else ""
+        rate = np.median([r[label] for r in rounds])
+        print(f"{'':<{len(job) + 2}}{label:<40} {rate:>10.0f}{shown}")
+    best_fixed = [max(r[_env_label(p)] for p in points) for r in rounds]
     vs_best = np.median([r["autotune"] / b for r, b in zip(rounds, best_fixed, strict=True)])
     vs_defaults = np.median([r["autotune"] / r["defaults"] for r in rounds])
     print(f"autotune / best fixed setting of the same round: {vs_best:.3f}")
