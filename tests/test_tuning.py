@@ -146,6 +146,11 @@ def test_a_step_ends_where_a_name_comes_back_and_only_whole_steps_are_timed():
     assert boundaries == [False, False, True, False, True, False, True, False]
     assert steps.steps == 2  # timing started at the first boundary (step 2)
     assert steps.score() == pytest.approx(10_000 / 1.0)  # a step a second
+    for number, metas in enumerate(step * 3):  # one step of 10 s, then steps of 1 s
+        steps.ran(metas)
+        clock.now += 9.5 if number == 0 else 0.5
+    assert steps.steps == 5 and steps._timed[3] == (10_000, 10.0)
+    assert steps.score() == pytest.approx(10_000 / 1.0)  # the median step's: 1 s, not 10
     assert [m.name for m in steps.last_step] == ["a", "b", "c"]
     steps.restart()
     assert steps.steps == 0 and steps.score() == 0.0

@@ -23,7 +23,7 @@ class Search:
     """
 
     def __init__(self, fields, start: dict, seed: int = 0):
-        optuna = load_optimiser()
+        optuna = _load_optimiser()
 
         self.fields = tuple(fields)
         self._parameters = [BY_FIELD[field] for field in self.fields]
@@ -66,7 +66,7 @@ class Search:
         return values, trial.value
 
 
-def load_optimiser():
+def _load_optimiser():
     """Import optuna quietly and return it; say how to install it where it is missing."""
     try:
         import optuna

@@ -10,8 +10,9 @@ whole under one set of settings on every rank (``engine.core``). The run:
 2. Where the remembered settings (``memory``) hold the job, every rank switches to them,
    and tuning ends there.
 3. Otherwise ``autotune_samples`` samples, the job's starting settings first, each
-   ``autotune_steps_per_sample`` whole steps long, scored in bytes reduced per second
-   (``steps``) and proposed by the search (``search``). Each is logged (``log``).
+   ``autotune_steps_per_sample`` whole steps long, scored in bytes per second of the
+   median step (``steps``) and proposed by the search (``search``). Each is logged
+   (``log``).
 4. Every rank switches to the best; it is logged last and remembered.
 
 A job whose allreduces never repeat a name has no steps to time: after
@@ -39,18 +40,18 @@ class Tuner:
     """
 
     def __init__(self, settings, fields, start: dict, key_of, clock, seed: int = 0):
-        search_module.load_optimiser()  # a missing optuna fails at init(), not mid-job
         self.fields = tuple(fields)
         self.start = dict(start)
         self._key_of = key_of
-        self._seed = seed
+        # Made at init() (80 ms here), not between two steps; a missing optuna fails there.
+        self._search = search_module.Search(self.fields, self.start, seed) if fields else None
+        self._sampling = False
         self._steps = StepClock(clock)
         self._per_sample = settings.autotune_steps_per_sample
         self._warmup_steps = settings.autotune_warmup_samples * self._per_sample
         self._samples = settings.autotune_samples
         self._log = TuningLog(settings.autotune_log) if settings.autotune_log else None
         self._memory = TuningMemory(settings.autotune_cache) if settings.autotune_cache else None
-        self._search = None
         self._key = None
         self._trying: dict | None = None  # the sample being timed
         self.sampled = 0  # samples scored
@@ -63,7 +64,7 @@ class Tuner:
             if steps.since_boundary >= GIVE_UP_RESPONSES:
                 return self._give_up()
             return None
-        if self._search is None:
+        if not self._sampling:
             return self._warmed_up() if steps.steps >= self._warmup_steps else None
         if steps.steps < self._per_sample:
             return None
@@ -85,11 +86,11 @@ class Tuner:
             self.done = True
             self._close()
             return {**self.start, **{f: remembered[f] for f in self.fields}}
-        if not self.fields:
+        if self._search is None:  # the user set every tunable setting
             self.done = True
             self._close()
             return None
-        self._search = search_module.Search(self.fields, self.start, self._seed)
+        self._sampling = True
         return self._next()
 
     def _next(self):
