@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import shlex
 import warnings
 
 import pytest
@@ -274,6 +275,12 @@ def test_the_key_holds_ranks_per_host_and_the_links_rate_class():
     assert job_key("m", topology, 6.5e9 / 8)["link_gbit_per_s"] == 10.0
 
 
+def test_a_cache_that_cannot_be_written_is_warned_about_and_nothing_raises(tmp_path):
+    memory = TuningMemory(str(tmp_path / "missing" / "memory.json"))
+    with pytest.warns(UserWarning, match="the tuned settings are not remembered"):
+        memory.remember(_key("m"), START, 1.0)
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
@@ -345,3 +352,14 @@ def test_the_benchmarks_warmup_outlasts_tuning_and_its_sweep_points_are_valid_se
     for point in points:
         chosen = settings.read(point)
         assert chosen.user_set == {"fusion_threshold", "ring_chunk_bytes", "cache_capacity"}
+
+
+def test_ringtrain_run_passes_autotune_and_its_log_to_every_rank(capsys):
+    from ringtrain.runner import cli
+
+    argv = ["-np", "2", "-H", "node1:2", "--autotune", "--autotune-log-file", "/tmp/t.csv"]
+    assert cli.main([*argv, "--dry-run", "python", "train.py"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    exported = [words[i + 1] for i, word in enumerate(words) if word == "-x"]
+    assert "RINGTRAIN_AUTOTUNE=1" in exported
+    assert "RINGTRAIN_AUTOTUNE_LOG=/tmp/t.csv" in exported

@@ -82,7 +82,14 @@ class CoordinatorSide(_Side):
         if tuner is None:
             return
         metas = [request.meta for request in requests if request is not None]
-        values = tuner.ran(metas) if metas else None
+        try:
+            values = tuner.ran(metas) if metas else None
+        except Exception as err:  # noqa: BLE001 - a failed tuner must not end the job
+            sys.stderr.write(
+                f"ringtrain: warning: autotune stopped ({err!r}); every rank goes back to the "
+                "settings it started with\n"
+            )
+            values, tuner.done = dict(tuner.start), True
         if tuner.done:
             self._tuner = None
         if values is not None:

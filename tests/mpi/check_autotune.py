@@ -1,12 +1,16 @@
 """Autotune under mpirun: ranks switch settings mid-run, and every result stays NumPy's.
 
-Argument: a folder for the log and the cache. At -np 2 on this host; at -np 3 and 4 on
-pretend hosts of two ranks, where hierarchical or flat is tuned too. Each step submits
-named allreduces (lengths 0, 1, uneven, one larger than the shared-memory calls and a
-fused few; several dtypes and ops), every rank its own data, all checked against NumPy.
-Then: the log holds every sample and the best, every rank ends under the same settings,
-which are the best; a second engine with the cache switches to them without tuning; a
-ring chunk the user set is never changed.
+Arguments: a folder for the log and the cache, and what to check: ``tuned`` (the log holds
+every sample and the best, every rank ends under the same settings, which are the best;
+on one host, a second engine with the cache then switches to them without tuning) or
+``user-chunk`` (a ring chunk the user set is never changed). At -np 2 on this host; at
+-np 3 and 4 on pretend hosts of two ranks, where hierarchical or flat is tuned too. Each
+step submits named allreduces (lengths 0, 1, uneven, one larger than the shared-memory
+calls and a fused few; several dtypes and ops), every rank its own data, all checked
+against NumPy.
+
+One engine per launch on pretend hosts: a second hierarchical engine in the same process
+hangs now and then, with or without autotune (see the session notes of issue 45).
 """
 
 import csv
@@ -76,7 +80,7 @@ def tuned_run(comm, topology, chosen, steps):
 
 
 def body():
-    folder = sys.argv[1]
+    folder, what = sys.argv[1], sys.argv[2]
     comm = MPI.COMM_WORLD
     r, n = comm.Get_rank(), comm.Get_size()
     topology = discover(comm) if n == 2 else pretend_hosts(comm, 2)
@@ -90,6 +94,14 @@ def body():
         autotune_cache=cache,
     )
     steps = WARMUP * PER_SAMPLE + 2 + SAMPLES * (PER_SAMPLE + 1) + 3
+    if what == "user-chunk":
+        user_chunk = 3 << 16
+        chosen = settings.read(ring_chunk_bytes=user_chunk, **{**budget, "autotune_cache": None})
+        kept, seen, _ = tuned_run(comm, topology, chosen, steps)
+        assert {s[0] for s in seen} == {user_chunk}, f"rank {r}: the user's chunk changed: {seen}"
+        if r == 0:
+            assert "ring_chunk_bytes" not in kept.fields and kept.done, kept.fields
+        return
     first = settings.read(autotune_log=log, **budget)
     tuner, seen, finals = tuned_run(comm, topology, first, steps)
     assert len(set(finals)) == 1, f"ranks ended under different settings: {finals}"
@@ -123,14 +135,6 @@ def body():
         assert finals_again == finals, f"remembered {finals_again}, tuned {finals}"
         if r == 0:
             assert again.done and again.sampled == 0, (again.done, again.sampled)
-
-    # A ring chunk the user set stays, through every sample.
-    user_chunk = 3 << 16
-    chosen = settings.read(ring_chunk_bytes=user_chunk, **{**budget, "autotune_cache": None})
-    kept, seen, _ = tuned_run(comm, topology, chosen, steps)
-    assert {s[0] for s in seen} == {user_chunk}, f"rank {r}: the user's chunk changed: {seen}"
-    if r == 0:
-        assert "ring_chunk_bytes" not in kept.fields and kept.done, kept.fields
 
 
 if __name__ == "__main__":

@@ -101,11 +101,15 @@ class TuningMemory:
         jobs = [{"key": k, "settings": v, "score_bytes_per_second": s} for k, v, s in self._entries]
         data = {"format": FORMAT, "version": VERSION, "jobs": jobs}
         folder = os.path.dirname(os.path.abspath(self.path))
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".autotune-")
+        try:
+            handle, temporary = tempfile.mkstemp(dir=folder, prefix=".autotune-")
+        except OSError as err:
+            warnings.warn(f"the tuned settings are not remembered: {err}", stacklevel=2)
+            return
         try:
             with os.fdopen(handle, "w") as file:
                 json.dump(data, file, indent=1)
             os.replace(temporary, self.path)
-        except BaseException:
+        except OSError as err:
             os.unlink(temporary)
-            raise
+            warnings.warn(f"the tuned settings are not remembered: {err}", stacklevel=2)
