@@ -10,7 +10,7 @@ calls and a fused few; several dtypes and ops), every rank its own data, all che
 against NumPy.
 
 One engine per launch on pretend hosts: a second hierarchical engine in the same process
-hangs now and then, with or without autotune (see the session notes of issue 45).
+hangs now and then, with or without autotune: a bug of its own, not found yet.
 """
 
 import csv
@@ -113,20 +113,17 @@ def body():
         with open(log) as file:
             rows = list(csv.DictReader(file))
         assert [row["sample"] for row in rows] == [*map(str, range(1, SAMPLES + 1)), "best"], rows
-        first = rows[0]
         for field, value in tuner.start.items():
-            assert first[field] == str(value), f"the first sample is not the start: {first}"
+            assert rows[0][field] == str(value), f"the first sample is not the start: {rows[0]}"
         best = rows[-1]
         scores = [float(row["score_bytes_per_second"]) for row in rows[:-1]]
         assert float(best["score_bytes_per_second"]) == max(scores), rows
         chunk, hierarchical, _ = finals[0]
         assert best["ring_chunk_bytes"] == str(chunk), (best, finals[0])
         assert best["hierarchical_allreduce"] == str(hierarchical), (best, finals[0])
-
-    if r == 0:
-        hierarchical = {row["hierarchical_allreduce"] for row in rows}
-        cache = {row["response_cache"] for row in rows}
-        assert cache == {"True", "False"} and len(hierarchical) == (2 if n > 2 else 1), rows
+        ways = {row["hierarchical_allreduce"] for row in rows}
+        caches = {row["response_cache"] for row in rows}
+        assert caches == {"True", "False"} and len(ways) == (2 if n > 2 else 1), rows
 
     # Remembered: the same job again starts from the best and tunes nothing. On one host
     # only: across (pretend) hosts the key holds the link rate measured, which varies here.
