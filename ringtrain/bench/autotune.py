@@ -28,6 +28,7 @@ import numpy as np
 from ringtrain import settings
 from ringtrain.bench import cluster, netns, train
 from ringtrain.bench.children import EndedBySignalError, signals_raise
+from ringtrain.engine.tuning import tuner
 
 PREFIX = "rttune"
 
@@ -59,9 +60,7 @@ def add_arguments(parser) -> None:
 
 def warmup_steps(environ=os.environ) -> int:
     """Return the untimed steps every run gets: as many as tuning takes, and 20 more."""
-    chosen = settings.read(environ)
-    per = chosen.autotune_steps_per_sample
-    return chosen.autotune_warmup_samples * per + 2 + chosen.autotune_samples * (per + 1) + 20
+    return tuner.steps_to_tune(settings.read(environ)) + 20
 
 
 def sweep_points() -> list[dict]:
@@ -167,10 +166,9 @@ def _env_label(env) -> str:
         return "defaults"
     if "RINGTRAIN_AUTOTUNE" in env:
         return "autotune"
-    point = env
-    fusion = int(point["RINGTRAIN_FUSION_THRESHOLD"]) >> 20
-    chunk = int(point["RINGTRAIN_RING_CHUNK_BYTES"]) >> 10
-    cache = "on" if int(point["RINGTRAIN_CACHE_CAPACITY"]) else "off"
+    fusion = int(env["RINGTRAIN_FUSION_THRESHOLD"]) >> 20
+    chunk = int(env["RINGTRAIN_RING_CHUNK_BYTES"]) >> 10
+    cache = "on" if int(env["RINGTRAIN_CACHE_CAPACITY"]) else "off"
     return f"fusion {fusion} MiB, chunk {chunk} KiB, cache {cache}"
 
 

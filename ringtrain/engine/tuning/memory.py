@@ -8,6 +8,7 @@ that is not valid, or not ringtrain's, is warned about and ignored, never truste
 written over either, so nothing of the user's is lost. Writes replace the file whole.
 """
 
+import collections
 import json
 import math
 import os
@@ -25,9 +26,7 @@ def job_key(model: str, topology, link_bytes_per_s: float | None) -> dict:
 
     ``link_bytes_per_s``: the rate measured across hosts (None on one host, or unmeasured).
     """
-    per_host: dict[int, int] = {}
-    for host in topology.hosts:
-        per_host[host] = per_host.get(host, 0) + 1
+    per_host = collections.Counter(topology.hosts)
     link = None
     if link_bytes_per_s:
         link = 10.0 ** round(math.log10(link_bytes_per_s * 8 / 1e9))

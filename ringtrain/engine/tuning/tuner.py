@@ -31,6 +31,15 @@ from ringtrain.engine.tuning.steps import StepClock, signature
 GIVE_UP_RESPONSES = 10_000
 
 
+def steps_to_tune(settings) -> int:
+    """Return the step that begins as tuning ends under ``settings``, remembering nothing.
+
+    A step ends as the next begins, and each sample's timing starts at a step's start.
+    """
+    per = settings.autotune_steps_per_sample
+    return settings.autotune_warmup_samples * per + 2 + settings.autotune_samples * (per + 1)
+
+
 class Tuner:
     """One job's autotune run on rank 0; see the module docstring.
 
