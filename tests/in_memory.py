@@ -53,6 +53,11 @@ class Fabric:
             queue = self._queues.get((kind, source, dest))
             return queue.popleft() if queue else None
 
+    def unreceived(self) -> dict[tuple, int]:
+        """Return how many messages wait in each (kind, sender, receiver) queue still."""
+        with self._lock:
+            return {key: len(queue) for key, queue in self._queues.items() if queue}
+
     def cut(self, rank) -> None:
         """Cut ``rank`` off, as a frozen host is: nothing it sends arrives, nothing reaches it."""
         with self._lock:

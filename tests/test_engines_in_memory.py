@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 import pytest
-from in_memory import on_every_rank, shut_down, start_engines
+from in_memory import MemoryChannel, on_every_rank, shut_down, start_engines
 
-from ringtrain.engine import agreement, messages
+from ringtrain.engine import agreement, liveness, messages
 from ringtrain.errors import (
     CollectiveTimeoutError,
     EngineStoppedError,
@@ -347,6 +347,35 @@ def test_a_shutdown_by_one_rank_fails_what_the_others_wait_for(started):
     engines[1].shutdown()
     with pytest.raises(EngineStoppedError, match="rank 1 shut ringtrain down"):
         engines[0].wait(request.handle)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_no_message_is_left_unreceived_after_shutdown_not_even_a_heartbeat(monkeypatch, size):
+    # Under MPI a message left on a freed channel reaches the next engine's, which gets the
+    # same context id, and hung it (tests/mpi/check_engines_in_turn.py). Here a heartbeat is
+    # due at every check, and the other ranks send their last messages late, so that rank 0
+    # waits for them long enough to beat in the wait, if it beats after the STOP at all.
+    monkeypatch.setattr(liveness, "_LONGEST_BEAT", 1e-3)
+    finish = MemoryChannel.finish
+
+    def late_finish(channel, *args):
+        if channel.rank:
+            time.sleep(0.02)
+        finish(channel, *args)
+
+    monkeypatch.setattr(MemoryChannel, "finish", late_finish)
+    fabric, engines = start_engines(size)
+
+    def work(rank, engine):
+        for step in range(3):
+            x = _data(rank * 10 + step, 5)
+            want = sum(_data(r * 10 + step, 5) for r in range(size))
+            np.testing.assert_allclose(_run(engine, _allreduce_meta("x", x), x), want, 1e-6)
+            time.sleep(2e-3)
+
+    assert on_every_rank(engines, work) == [None] * size
+    assert shut_down(engines) == [None] * size
+    assert fabric.unreceived() == {}
 
 
 @CACHED

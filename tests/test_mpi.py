@@ -281,6 +281,13 @@ def test_autotune_leaves_a_ring_chunk_the_user_set_alone(tmp_path):
     check("check_autotune.py", 4, tmp_path, "user-chunk", timeout=240)
 
 
+@pytest.mark.parametrize("np", [3, 4])
+def test_engines_in_turn_in_one_process_leave_nothing_stale_for_the_next(np):
+    # Hierarchical on pretend hosts of two, where a heartbeat sent after an engine's last
+    # message hung a later engine about one launch in two at -np 4.
+    check("check_engines_in_turn.py", np, timeout=120)
+
+
 @pytest.mark.parametrize("np", [2, 3, 4, 6])
 def test_hierarchical_allreduce_on_pretend_hosts(np):
     # -np 2: hosts of 1; 3: hosts of 2 and 1, through each host's first rank; 4 and 6: hosts

@@ -23,6 +23,8 @@ class _Side:
         self._liveness = liveness
         self._tree = tree
         self._finished: set[int] = set()  # children whose last counts came (``finish``)
+        # This rank has sent its last control message: it beats no more (``finish``).
+        self._ended = False
 
     def count(self, ident: int) -> int:
         """Count a submission of this rank under cache id ``ident``; return its round."""
@@ -33,7 +35,13 @@ class _Side:
         self._tree.forget(ident)
 
     def finish(self, last) -> None:
-        """Leave no control message unmatched before the channel is freed (``finish``)."""
+        """Leave no control message unmatched before the channel is freed (``finish``).
+
+        No heartbeat follows ``last``, not even from the waits of the drain: a message sent
+        after it is never received, and a later engine's channel, given the freed one's
+        context id by MPI, would take it for its own and lose its order.
+        """
+        self._ended = True
         children = [c for c in self._tree.children if c not in self._finished]
         self._channel.finish(last, self._tree.parent, children)
 
@@ -123,6 +131,8 @@ class CoordinatorSide(_Side):
             responses.extend(self._checked())
         if responses:
             self._channel.respond(messages.to_wire(responses))
+            if any(response.kind == messages.STOP for response in responses):
+                self._ended = True  # the last response any rank takes (``_Side.finish``)
         return responses
 
     def _checked(self) -> list:
@@ -140,8 +150,9 @@ class CoordinatorSide(_Side):
         return stalled + drifted
 
     def beat(self) -> None:
-        """Send a heartbeat: an empty list of responses to every rank."""
-        self._channel.respond([])
+        """Send a heartbeat: an empty list of responses to every rank (none after a STOP)."""
+        if not self._ended:
+            self._channel.respond([])
 
     def pending(self) -> bool:
         """Return True while some tensor waits for ranks that have not submitted it."""
@@ -184,8 +195,9 @@ class WorkerSide(_Side):
         return responses
 
     def beat(self) -> None:
-        """Send a heartbeat: an empty submission."""
-        self._channel.submit([])
+        """Send a heartbeat: an empty submission (none after this rank's last message)."""
+        if not self._ended:
+            self._channel.submit([])
 
     def pending(self) -> bool:
         """Return False: a worker decides nothing that waits for other ranks."""

@@ -114,7 +114,9 @@ class ControlChannel:
         that MPI builds with the same context id. Each rank sends the coordinator ``last``
         after all its other messages, and its ``parent`` in the tree likewise after its
         counts; the coordinator drains submissions until it has every rank's, and each rank
-        drains counts until it has each of its ``children``'s.
+        drains counts until it has each of its ``children``'s. So nothing may be sent after
+        ``last``, nor by the coordinator after its STOP response: the engine's sides beat no
+        more from then on (``engine.sides``).
         """
         if parent is not None:
             self._sends.append(self._comm.isend(last, parent, _TAG_COUNTS))

@@ -8,9 +8,6 @@ on one host, a second engine with the cache then switches to them without tuning
 step submits named allreduces (lengths 0, 1, uneven, one larger than the shared-memory
 calls and a fused few; several dtypes and ops), every rank its own data, all checked
 against NumPy.
-
-One engine per launch on pretend hosts: a second hierarchical engine in the same process
-hangs now and then, with or without autotune: a bug of its own, not found yet.
 """
 
 import csv
