@@ -378,6 +378,15 @@ def test_no_message_is_left_unreceived_after_shutdown_not_even_a_heartbeat(monke
     assert fabric.unreceived() == {}
 
 
+def test_switching_settings_needs_rank_0_of_an_autotuned_engine(started):
+    _, engines = started(2)
+    values = {"fusion_threshold": 1 << 20}
+    with pytest.raises(ValueError, match="rank 0 of an engine started with autotune.*rank 1"):
+        engines[1].switch_settings(values)
+    with pytest.raises(ValueError, match="with autotune off"):
+        engines[0].switch_settings(values)
+
+
 @CACHED
 def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started, cached, fan_out):
     fabric, engines = started(3, fan_out, collective_timeout=1.0)

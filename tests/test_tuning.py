@@ -232,15 +232,37 @@ def test_a_run_warms_up_samples_switches_to_the_best_logs_and_remembers(tmp_path
     assert steps == chosen.autotune_warmup_samples * per + 2 and len(switches) == 1
 
 
-def test_a_user_set_value_is_left_alone_through_every_sample(tmp_path):
-    chosen = _tuned(tmp_path, ring_chunk_bytes=3 << 16, autotune_samples=6)
+def _with_the_users_chunk(tmp_path, samples):
+    """Return a tuner on one host whose user set a ring chunk of 192 KiB, its clock and start."""
+    chosen = _tuned(tmp_path, ring_chunk_bytes=3 << 16, autotune_samples=samples)
     fields = space.tuned_fields(chosen.user_set, False)
     start = space.current(chosen, False)
     clock = Clock()
-    run = tuner.Tuner(chosen, fields, start, _key, clock)
+    return tuner.Tuner(chosen, fields, start, _key, clock), clock, start
+
+
+def test_a_user_set_value_is_left_alone_through_every_sample(tmp_path):
+    run, clock, _ = _with_the_users_chunk(tmp_path, 6)
     _, switches, _ = _run_job(run, clock, lambda v: 1.0, 200)
     assert run.done and {s["ring_chunk_bytes"] for s in switches} == {3 << 16}
     assert {s["hierarchical_allreduce"] for s in switches} == {False}
+
+
+def test_a_switch_once_tuned_takes_any_tuned_value_and_refuses_the_rest(tmp_path):
+    run, clock, start = _with_the_users_chunk(tmp_path, 2)
+    other = {**start, "fusion_threshold": 1 << 16, "response_cache": False}
+    with pytest.raises(ValueError, match="still tuning"):
+        run.switch(other)
+    _run_job(run, clock, lambda v: 1.0, 200)
+    assert run.done and run.best is not None and run.switch(other) == other
+    with pytest.raises(ValueError, match=r"cannot change \{'ring_chunk_bytes': 65536\}"):
+        run.switch({**other, "ring_chunk_bytes": 1 << 16})
+    with pytest.raises(ValueError, match="hierarchical_allreduce"):
+        run.switch({**other, "hierarchical_allreduce": True})
+    with pytest.raises(ValueError, match=r"fusion_threshold=12345 is not one of"):
+        run.switch({**other, "fusion_threshold": 12345})
+    with pytest.raises(ValueError, match="no value for cycle_time_ms"):
+        run.switch({k: v for k, v in other.items() if k != "cycle_time_ms"})
 
 
 def test_a_job_whose_names_never_come_back_stops_tuning_with_a_warning(tmp_path):
@@ -349,9 +371,14 @@ def test_the_benchmarks_warmup_outlasts_tuning_and_its_sweep_points_are_valid_se
     assert autotune.warmup_steps(env) == 1 * 3 + 2 + 5 * (3 + 1) + 20
     points = autotune.sweep_points()
     assert len({tuple(sorted(p.items())) for p in points}) == len(points) == 8
+    values = autotune.sweep_values(START)
+    assert len(values) == 8 and "defaults" not in values
     for point in points:
         chosen = settings.read(point)
         assert chosen.user_set == {"fusion_threshold", "ring_chunk_bytes", "cache_capacity"}
+        # The same point switched to within one launch (bench/autotune_allreduce.py).
+        within = space.checked(values[autotune._env_label(point)], space.FIELDS)
+        assert within == {**START, **space.current(chosen, False)}
 
 
 def test_ringtrain_run_passes_autotune_and_its_log_to_every_rank(capsys):

@@ -66,12 +66,6 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--small-bytes", type=_float32_bytes, default=16 * _KIB, help="bytes of each small tensor"
     )
-    parser.add_argument(
-        "--warmup-calls",
-        type=int,
-        default=0,
-        help="untimed calls of the first size's allreduce before any timing (for autotune)",
-    )
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     parser.add_argument(
         "--adasum",
@@ -101,7 +95,8 @@ def add_arguments(parser) -> None:
     )
 
 
-def _median_time(comm, step, budget, min_iters=5, max_iters=1000):
+def median_time(comm, step, budget, min_iters=5, max_iters=1000):
+    """Return the slowest rank's median seconds of ``step()`` over ``budget`` s (collective)."""
     from mpi4py import MPI
 
     step()  # warm up: first-call compilation and buffer growth are not measured
@@ -149,8 +144,8 @@ def _allgather_row(comm, nbytes, seconds):
     def theirs():
         comm.Allgather(share, gathered)
 
-    ringtrain_time = _median_time(comm, ours, seconds)
-    mpi_time = _median_time(comm, theirs, seconds)
+    ringtrain_time = median_time(comm, ours, seconds)
+    mpi_time = median_time(comm, theirs, seconds)
     if not np.array_equal(ringtrain.allgather(share, name="bench.allgather"), gathered):
         raise AssertionError("ringtrain's allgather differs from MPI_Allgather's")
     return _row("allgather", gathered.nbytes, n, ringtrain_time, mpi_time, moved=1)
@@ -188,23 +183,20 @@ def run(args) -> int:
 
         theirs = _mpi_allreduce(comm, src, recv)
 
-        if nbytes == args.sizes[0]:
-            for _ in range(args.warmup_calls):
-                ours()
-        single = _median_time(comm, ours, args.seconds)
-        mpi = _median_time(comm, theirs, args.seconds)
+        single = median_time(comm, ours, args.seconds)
+        mpi = median_time(comm, theirs, args.seconds)
         rows.append(_row("single", nbytes, n, single, mpi))
         # A caller that only reads the result (as TensorFlow's optimizers do) may share it
         # with the host's other ranks: no copy into memory of its own.
-        read_only = _median_time(comm, ours_read_only, args.seconds)
+        read_only = median_time(comm, ours_read_only, args.seconds)
         rows.append(_row("single, read-only", nbytes, n, read_only, mpi))
         if compression.wire_dtype is not None:
-            compressed = _median_time(comm, ours_compressed, args.seconds)
+            compressed = median_time(comm, ours_compressed, args.seconds)
             rows.append(_row(f"single, {compression.name}", nbytes, n, compressed, mpi))
         if args.allgather:
             rows.append(_allgather_row(comm, nbytes, args.seconds))
         if args.adasum:
-            adasum = _median_time(comm, ours_adasum, args.seconds)
+            adasum = median_time(comm, ours_adasum, args.seconds)
             rows.append(_row("single, Adasum", nbytes, n, adasum, mpi))
         del src, out, recv
 
@@ -243,8 +235,8 @@ def _small_rows(comm, args, place):
                 f"{args.small_count}x{args.small_bytes} {case}",
                 joined.nbytes,
                 n,
-                _median_time(comm, step, args.seconds),
-                _median_time(comm, one_mpi, args.seconds),
+                median_time(comm, step, args.seconds),
+                median_time(comm, one_mpi, args.seconds),
             )
         )
     return rows

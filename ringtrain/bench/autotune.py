@@ -1,14 +1,17 @@
 """Autotune against a sweep: a job's speed with the defaults, tuned, and fixed settings.
 
-``python -m ringtrain.bench autotune`` runs one job once per round for each of: the
-defaults, autotune on, and every point of a sweep of fixed settings (fusion threshold x
-ring chunk x response cache). The job is ``bench train``'s ringtrain contender (the custom
-train step, at ``--np`` ranks; ``--workload train``, samples/s) or ``bench allreduce`` of
-one ``--size`` (``--workload allreduce``, calls/s, with its ratio to ``MPI_Allreduce``).
-Every run has the same untimed warm-up, at least as long as tuning takes, so the tuned run
-is timed under the settings it settled on. It prints, as medians over the rounds of ratios
-taken within each round, the tuned run against the best fixed setting of that round's sweep
-and against the defaults, and the settings that autotune chose.
+``python -m ringtrain.bench autotune`` compares, for one job: the defaults, autotune on,
+and every point of a sweep of fixed settings (fusion threshold x ring chunk x response
+cache). With ``--workload train`` the job is ``bench train``'s ringtrain contender (the
+custom train step, at ``--np`` ranks, samples/s), launched once per round for each setting,
+after the same untimed warm-up, at least as long as tuning takes, so the tuned run is timed
+under the settings it settled on; it prints medians over the rounds of ratios taken within
+each round. With ``--workload allreduce`` the job is one allreduce of ``--size`` bytes, and
+each round is one launch (``autotune_allreduce``) that tunes, then times every setting and
+``MPI_Allreduce`` in ``--blocks`` turns within the launch: launches of one setting differ
+here by more than settings do. It prints medians over every block of ratios taken within
+the block, the best fixed setting being the one with the best median in its launch. Both
+print the settings that autotune chose.
 
 With ``--hosts H`` (root) the ranks run on H namespace test hosts (``ringtrain.bench.netns``),
 ``--slots`` ranks each, with every host's link capped at ``--rate`` both ways.
@@ -16,7 +19,6 @@ With ``--hosts H`` (root) the ranks run on H namespace test hosts (``ringtrain.b
 
 import csv
 import itertools
-import json
 import os
 import shlex
 import sys
@@ -31,6 +33,7 @@ from ringtrain.bench.children import EndedBySignalError, signals_raise
 from ringtrain.engine.tuning import tuner
 
 PREFIX = "rttune"
+MPI_LABEL = "MPI_Allreduce"
 
 # The sweep: fusion threshold x ring chunk x response cache (8 fixed settings).
 SWEEP = {
@@ -47,8 +50,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--size", type=int, default=1 << 20, help="allreduce bytes (default 1 MiB)")
     parser.add_argument("--batch", type=int, default=64, help="per rank (default 64)")
     parser.add_argument("--np", type=int, default=2, help="ranks (default 2)")
-    parser.add_argument("--steps", type=int, default=300, help="timed steps (default 300)")
+    parser.add_argument("--steps", type=int, default=300, help="train: timed steps (default 300)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
+    parser.add_argument("--blocks", type=int, default=5, help="allreduce: turns in each launch")
+    parser.add_argument(
+        "--seconds", type=float, default=0.5, help="allreduce: each setting's time in a turn"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="per launch, in seconds")
     parser.add_argument(
         "--inter-op-threads", type=int, default=0, help="as bench train (0: TensorFlow's)"
@@ -72,14 +79,26 @@ def sweep_points() -> list[dict]:
     ]
 
 
+def sweep_values(start) -> dict[str, dict]:
+    """Return each sweep point's tunable settings by label: ``start`` with the point's values."""
+    return {
+        _env_label(point): {
+            **start,
+            "fusion_threshold": int(point["RINGTRAIN_FUSION_THRESHOLD"]),
+            "ring_chunk_bytes": int(point["RINGTRAIN_RING_CHUNK_BYTES"]),
+            "response_cache": int(point["RINGTRAIN_CACHE_CAPACITY"]) > 0,
+        }
+        for point in sweep_points()
+    }
+
+
 def run(args) -> int:
     """Run every round, on this machine or on test hosts; print the ratios and the choices."""
     args.warmup = warmup_steps()
     args.backend, args.compression = "tensorflow", "none"
-    args.mpi_ratios = {}  # allreduce: each setting's ratios to MPI_Allreduce, per round
     if not args.hosts:
         runner = [sys.executable, "-m", "ringtrain.runner", "-np", str(args.np), *_command(args)]
-        return _rounds(args, lambda env: _rate(args, runner, env))
+        return _rounds(args, lambda env: _launch(args, runner, env))
     reason = netns.why_unavailable(PREFIX, ("tbf",))
     if reason:
         print(f"bench autotune: cannot run: {reason}", file=sys.stderr)
@@ -99,10 +118,10 @@ def run(args) -> int:
 
 def _command(args):
     if args.workload == "allreduce":
-        sizes, seconds = str(args.size), str(max(1.0, args.steps / 100))
         return [
-            sys.executable, "-m", "ringtrain.bench", "allreduce", "--sizes", sizes,
-            "--small-count", "0", "--seconds", seconds, "--warmup-calls", str(args.warmup),
+            sys.executable, "-m", "ringtrain.bench.autotune_allreduce", "--size", str(args.size),
+            "--warmup-calls", str(args.warmup), "--blocks", str(args.blocks),
+            "--seconds", str(args.seconds),
         ]  # fmt: skip
     return [*train.worker_command(args, "ringtrain", args.model), "--skip-fit"]
 
@@ -118,46 +137,87 @@ def _on_hosts(args, names, folder):
         "--mpi-args", shlex.join(cluster.mpi_args()), *_command(args),
     ]  # fmt: skip
     base = cluster.rank_env()
-    return lambda env: _rate(args, netns.on_host(names[0], runner), {**base, **env})
+    return lambda env: _launch(args, netns.on_host(names[0], runner), {**base, **env})
 
 
-def _rounds(args, measure) -> int:
+def _launch(args, command, env) -> dict:
+    """Run ``command`` once with ``env``; return the result line it printed."""
+    (result,) = train.launch([command], args.timeout, [env])
+    return result
+
+
+def _rounds(args, launch) -> int:
     """Measure the defaults, autotune and the sweep ``args.rounds`` times; print them."""
+    if args.workload == "allreduce":
+        return _rounds_in_one_launch(args, launch)
     points = sweep_points()
     rounds, chosen = [], []
     for number in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="ringtrain-autotune-log-") as folder:
             log = os.path.join(folder, "autotune.csv")
             tuned_env = {"RINGTRAIN_AUTOTUNE": "1", "RINGTRAIN_AUTOTUNE_LOG": log}
-            rates = {"defaults": measure({}), "autotune": measure(tuned_env)}
+            rates = {"defaults": _rate(launch, {}), "autotune": _rate(launch, tuned_env)}
             chosen.append(_best_row(log))
         for point in points:
-            rates[_env_label(point)] = measure(point)
+            rates[_env_label(point)] = _rate(launch, point)
         rounds.append(rates)
         best = max(rates[_env_label(p)] for p in points)
         print(
             f"round {number}/{args.rounds}: defaults {rates['defaults']:.0f}, autotune "
-            f"{rates['autotune']:.0f}, best fixed {best:.0f} {_unit(args)}",
+            f"{rates['autotune']:.0f}, best fixed {best:.0f} samples/s",
             flush=True,
         )
     _print(args, rounds, points, chosen)
     return 0
 
 
-def _rate(args, command, env) -> float:
-    """Run ``command`` once with ``env``; return samples/s (train) or calls/s (allreduce).
+def _rate(launch, env) -> float:
+    return launch(env)["samples_per_sec"]
 
-    An allreduce run also keeps its ratio to ``MPI_Allreduce`` in ``args.mpi_ratios``.
+
+def _rounds_in_one_launch(args, launch) -> int:
+    """Tune and time every setting within each of ``args.rounds`` launches; print them.
+
+    Each block's ratios are taken within the block; the best fixed setting is the sweep
+    point with the best median in its launch.
     """
-    if args.workload == "train":
-        (result,) = train.launch([command], args.timeout, [env])
-        return result["samples_per_sec"]
-    with tempfile.TemporaryDirectory(prefix="ringtrain-autotune-rows-") as folder:
-        rows = os.path.join(folder, "rows.json")
-        train.launch([[*command, "--json", rows]], args.timeout, [env])
-        (single,) = [r for r in json.loads(Path(rows).read_text()) if r["case"] == "single"]
-    args.mpi_ratios.setdefault(_env_label(env), []).append(single["busbw_ratio"])
-    return 1e6 / single["ringtrain_us"]
+    sweep = [_env_label(point) for point in sweep_points()]
+    ratios: dict[str, list[float]] = {}
+    rates: dict[str, list[float]] = {}
+    for number in range(1, args.rounds + 1):
+        result = launch({"RINGTRAIN_AUTOTUNE": "1"})
+        launched = result["rates"]
+        best = max(sweep, key=lambda label: np.median(launched[label]))
+        for label, values in {**launched, "best fixed": launched[best]}.items():
+            rates.setdefault(label, []).extend(values)
+        for block in range(len(launched[MPI_LABEL])):
+            each = {label: values[block] for label, values in launched.items()}
+            for name, (top, bottom) in {
+                "autotune / best fixed setting": ("autotune", best),
+                "autotune / defaults": ("autotune", "defaults"),
+                f"autotune / {MPI_LABEL}": ("autotune", MPI_LABEL),
+                f"defaults / {MPI_LABEL}": ("defaults", MPI_LABEL),
+                f"best fixed / {MPI_LABEL}": (best, MPI_LABEL),
+            }.items():
+                ratios.setdefault(name, []).append(each[top] / each[bottom])
+        chosen = result["settings"]["autotune"]
+        print(
+            f"round {number}/{args.rounds}: autotune chose "
+            + ", ".join(f"{field}={value}" for field, value in chosen.items())
+            + f"; best fixed: {best}",
+            flush=True,
+        )
+    where = f", {args.hosts} test hosts x {args.slots}, links at {args.rate}" if args.hosts else ""
+    print(
+        f"allreduce of {args.size} bytes, -np {args.np}{where}; tuned within {args.warmup - 20} "
+        f"calls, then every setting timed {args.seconds:g} s in each of {args.blocks} turns, "
+        f"{args.rounds} launches; medians over {len(ratios[f'autotune / {MPI_LABEL}'])} turns"
+    )
+    for label, values in rates.items():
+        print(f"  {label:<40} {np.median(values):>10.0f} calls/s")
+    for name, values in ratios.items():
+        print(f"{name}: {np.median(values):.3f}")
+    return 0
 
 
 def _env_label(env) -> str:
@@ -181,27 +241,19 @@ def _best_row(log) -> dict:
     return rows[-1]
 
 
-def _unit(args) -> str:
-    return "samples/s" if args.workload == "train" else "calls/s"
-
-
 def _print(args, rounds, points, chosen) -> None:
     labels = ["defaults", "autotune", *(_env_label(p) for p in points)]
     where = f", {args.hosts} test hosts x {args.slots}, links at {args.rate}" if args.hosts else ""
-    per_rank = f", batch {args.batch} per rank" if args.workload == "train" else ""
     print(
-        f"{args.workload}, -np {args.np}{where}{per_rank}, "
+        f"train, -np {args.np}{where}, batch {args.batch} per rank, "
         f"{args.steps} steps timed after {args.warmup} (tuning ends within "
         f"{args.warmup - 20}); medians of {args.rounds} rounds"
     )
-    job = args.model if args.workload == "train" else f"allreduce of {args.size} bytes"
-    mpi = "" if args.workload == "train" else f" {'vs MPI_Allreduce':>17}"
-    print(f"{job}: {'setting':<40} {_unit(args):>10}{mpi}")
+    job = args.model
+    print(f"{job}: {'setting':<40} {'samples/s':>10}")
     for label in labels:
-        ratio = args.mpi_ratios.get(label)
-        shown = f" {np.median(ratio):>17.3f}" if ratio else ""
         rate = np.median([r[label] for r in rounds])
-        print(f"{'':<{len(job) + 2}}{label:<40} {rate:>10.0f}{shown}")
+        print(f"{'':<{len(job) + 2}}{label:<40} {rate:>10.0f}")
     best_fixed = [max(r[_env_label(p)] for p in points) for r in rounds]
     vs_best = np.median([r["autotune"] / b for r, b in zip(rounds, best_fixed, strict=True)])
     vs_defaults = np.median([r["autotune"] / r["defaults"] for r in rounds])

@@ -153,6 +153,20 @@ class Engine:
             self._turns.wake()
         return request
 
+    def switch_settings(self, values) -> None:
+        """Have every rank run under ``values`` from the next responses on, as autotune does.
+
+        On rank 0 of an engine started with autotune, once it has tuned (``Tuner.switch``
+        checks ``values``): for a benchmark that times several settings in one launch.
+        Raises ValueError elsewhere.
+        """
+        if self.tuner is None:
+            raise ValueError(
+                "switch_settings is for rank 0 of an engine started with autotune; this is "
+                f"rank {self.rank}, with autotune {'on' if self._tuned else 'off'}"
+            )
+        self._side.switch(self.tuner.switch(values))
+
     def withdraw(self, handles) -> None:
         """Take back the submissions of ``handles`` whose caller will never wait for them.
 

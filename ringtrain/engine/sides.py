@@ -103,6 +103,10 @@ class CoordinatorSide(_Side):
         if values is not None:
             self._switch = values
 
+    def switch(self, values) -> None:
+        """Have every rank run under ``values`` (every tunable field) from the next responses."""
+        self._switch = dict(values)
+
     def send(self, entries) -> None:
         """Hand this rank's ``entries`` (metas, withdrawals...) to the coordinator."""
         self.coordinator.add(0, entries)

@@ -3,7 +3,9 @@
 Arguments: a folder for the log and the cache, and what to check: ``tuned`` (the log holds
 every sample and the best, every rank ends under the same settings, which are the best;
 on one host, a second engine with the cache then switches to them without tuning) or
-``user-chunk`` (a ring chunk the user set is never changed). At -np 2 on this host; at
+``user-chunk`` (a ring chunk the user set is never changed). After tuning, rank 0
+switches every rank to settings of its own (``Engine.switch_settings``, as ``bench
+autotune`` does), and each runs under them. At -np 2 on this host; at
 -np 3 and 4 on pretend hosts of two ranks, where hierarchical or flat is tuned too. Each
 step submits named allreduces (lengths 0, 1, uneven, one larger than the shared-memory
 calls and a fused few; several dtypes and ops), every rank its own data, all checked
@@ -63,8 +65,12 @@ def applied(engine):
     )
 
 
-def tuned_run(comm, topology, chosen, steps):
-    """Run ``steps`` steps on a tuned engine; return rank 0's tuner and every rank's settings."""
+def tuned_run(comm, topology, chosen, steps, switch=False):
+    """Run ``steps`` steps on a tuned engine; return rank 0's tuner and every rank's settings.
+
+    With ``switch``, rank 0 then switches every rank to settings of its own (as ``bench
+    autotune`` does), and two more steps check that each rank runs under them.
+    """
     engine = Engine.over(comm, chosen, topology)
     seen = set()
     for step in range(steps):
@@ -72,8 +78,29 @@ def tuned_run(comm, topology, chosen, steps):
         seen.add(applied(engine))
     final = applied(engine)
     tuner = engine.tuner
+    if switch:
+        switch_and_check(engine, comm, final, steps)
     engine.shutdown()
     return tuner, seen, comm.allgather(final)
+
+
+def switch_and_check(engine, comm, final, steps):
+    """Have rank 0 switch every rank to other settings; check they run under them, twice."""
+    chunk, hierarchical, busy_sleep = final
+    cycle_ms = 0.05 if busy_sleep != 50e-6 else 0.02  # each setting other than the last one
+    switched = {
+        "fusion_threshold": 1 << 16,
+        "cycle_time_ms": cycle_ms,
+        "ring_chunk_bytes": (1 << 16) if chunk != 1 << 16 else (1 << 17),
+        "hierarchical_allreduce": (not hierarchical) if comm.Get_size() > 2 else hierarchical,
+        "response_cache": True,
+    }
+    if comm.Get_rank() == 0:
+        engine.switch_settings(switched)
+    after = (switched["ring_chunk_bytes"], switched["hierarchical_allreduce"], cycle_ms / 1000)
+    for step in range(2):
+        run_step(engine, comm, steps + step)
+        assert applied(engine) == after, f"rank {comm.Get_rank()}: {applied(engine)} not {after}"
 
 
 def body():
@@ -100,7 +127,7 @@ def body():
             assert "ring_chunk_bytes" not in kept.fields and kept.done, kept.fields
         return
     first = settings.read(autotune_log=log, **budget)
-    tuner, seen, finals = tuned_run(comm, topology, first, steps)
+    tuner, seen, finals = tuned_run(comm, topology, first, steps, switch=True)
     assert len(set(finals)) == 1, f"ranks ended under different settings: {finals}"
     assert len(seen) > 1, f"rank {r}: the settings never changed: {seen}"
     if r == 0:

@@ -65,6 +65,7 @@ class Tuner:
         self._trying: dict | None = None  # the sample being timed
         self.sampled = 0  # samples scored
         self.done = False
+        self.best: dict | None = None  # the settings it settled on: searched or remembered
 
     def ran(self, metas) -> dict | None:
         """Take one allreduce that rank 0 ran; return settings every rank must switch to."""
@@ -87,6 +88,27 @@ class Tuner:
             return self._finish({**self.start, **best}, best_score)
         return self._next()
 
+    def switch(self, values) -> dict:
+        """Return ``values`` (every field of ``space``) for every rank to switch to, once done.
+
+        Raises ValueError while tuning, for a value out of its range, or for a change to a
+        field it does not tune (the user's, or hierarchical where it cannot switch).
+        """
+        if not self.done:
+            raise ValueError("autotune is still tuning: switch settings once it is done")
+        tuned = space.checked(values, self.fields)
+        kept = {f: self.start[f] for f in space.FIELDS if f not in self.fields}
+        missing = [f for f in kept if f not in values]
+        if missing:
+            raise ValueError(f"no value for {missing[0]}")
+        changed = {f: values[f] for f, value in kept.items() if values[f] != value}
+        if changed:
+            raise ValueError(
+                f"cannot change {changed}: the user set them, or they cannot switch on this "
+                f"job; they stay {kept}"
+            )
+        return {**kept, **tuned}
+
     def _warmed_up(self):
         """Name the job; return its remembered settings, or the first sample's."""
         self._key = self._key_of(signature(self._steps.last_step))
@@ -94,7 +116,8 @@ class Tuner:
         if remembered is not None:
             self.done = True
             self._close()
-            return {**self.start, **{f: remembered[f] for f in self.fields}}
+            self.best = {**self.start, **{f: remembered[f] for f in self.fields}}
+            return self.best
         if self._search is None:  # the user set every tunable setting
             self.done = True
             self._close()
@@ -112,7 +135,7 @@ class Tuner:
             self._log.sample("best", best, score)
         if self._memory is not None:
             self._memory.remember(self._key, best, score)
-        self.done = True
+        self.done, self.best = True, best
         self._close()
         return best
 
