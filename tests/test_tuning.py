@@ -369,16 +369,12 @@ def test_the_benchmarks_warmup_outlasts_tuning_and_its_sweep_points_are_valid_se
 
     env = {"RINGTRAIN_AUTOTUNE_SAMPLES": "5", "RINGTRAIN_AUTOTUNE_STEPS_PER_SAMPLE": "3"}
     assert autotune.warmup_steps(env) == 1 * 3 + 2 + 5 * (3 + 1) + 20
-    points = autotune.sweep_points()
-    assert len({tuple(sorted(p.items())) for p in points}) == len(points) == 8
-    values = autotune.sweep_values(START)
-    assert len(values) == 8 and "defaults" not in values
-    for point in points:
-        chosen = settings.read(point)
-        assert chosen.user_set == {"fusion_threshold", "ring_chunk_bytes", "cache_capacity"}
-        # The same point switched to within one launch (bench/autotune_allreduce.py).
-        within = space.checked(values[autotune._env_label(point)], space.FIELDS)
-        assert within == {**START, **space.current(chosen, False)}
+    points = autotune.sweep_values(START)
+    assert len({tuple(sorted(p.items())) for p in points.values()}) == len(points) == 8
+    assert "fusion 1 MiB, chunk 4096 KiB, cache off" in points
+    for values in points.values():
+        assert space.checked(values, space.FIELDS) == values
+        assert {f for f in START if values[f] != START[f]} <= set(autotune.SWEEP)
 
 
 def test_ringtrain_run_passes_autotune_and_its_log_to_every_rank(capsys):

@@ -116,7 +116,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--compression", default="none", help=argparse.SUPPRESS)
-    parser.add_argument("--skip-fit", action="store_true", help=argparse.SUPPRESS)
 
 
 def _at_least(least):
@@ -406,7 +405,7 @@ def _work(args) -> int:
         "cpus": len(affinity.current() or ()),
         "gradient_bytes": gradient_bytes(model),
     }
-    if kind == "ringtrain" and not args.skip_fit:
+    if kind == "ringtrain":
         result.update(_ringtrain_extras(args, build, x, y, n, hvd))
     elif kind == "alone" and args.processes == 1:
         optimizer = keras.optimizers.SGD(0.01)
