@@ -111,6 +111,27 @@ def test_compare_times_checkouts_in_turns_and_gives_each_case_a_ratio(tmp_path):
     assert "B/A" in done.stdout and f"A = {here}" in done.stdout
 
 
+@pytest.mark.mpi
+def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch():
+    command = [
+        sys.executable, "-m", "ringtrain.bench", "autotune", "--workload", "allreduce",
+        "--size", "65536", "--rounds", "1", "--blocks", "2", "--seconds", "0.05",
+        "--timeout", "100",
+    ]  # fmt: skip
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(RINGTRAIN_AUTOTUNE_SAMPLES="3", RINGTRAIN_AUTOTUNE_STEPS_PER_SAMPLE="2")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "tuned within 13 steps" in out and "medians over 2 turns" in out, out
+    labels = ["defaults", "autotune", "MPI_Allreduce", "best fixed", "fusion 1 MiB, chunk"]
+    assert all(f"  {label}" in out for label in labels), out
+    assert out.count(" calls/s\n") == 2 + 8 + 2, out  # the sweep's 8, MPI and the best
+    for ratio in ("autotune / best fixed setting: ", "autotune / MPI_Allreduce: "):
+        assert ratio in out, out
+    assert "round 1/1: autotune chose fusion_threshold=" in out, out
+
+
 def test_compare_refuses_what_it_cannot_run_naming_it(tmp_path, capsys):
     here = str(Path(ringtrain.__file__).resolve().parent.parent)
     for extra, message in (

@@ -232,6 +232,23 @@ def test_a_run_warms_up_samples_switches_to_the_best_logs_and_remembers(tmp_path
     assert steps == chosen.autotune_warmup_samples * per + 2 and len(switches) == 1
 
 
+def test_a_best_that_beats_the_start_by_less_than_the_margin_leaves_the_start(tmp_path):
+    clock = Clock()
+    run = tuner.Tuner(_tuned(tmp_path, autotune_samples=6), space.FIELDS, START, _key, clock)
+    faster = 1.015  # every other setting, by less than the margin
+    assert tuner.KEEP_START_MARGIN > faster - 1
+
+    def cost(values):
+        return 1.0 if values == START else 1.0 / faster
+
+    _, switches, applied = _run_job(run, clock, cost, 200)
+    assert run.done and len(switches) == 7 and switches[1] != START
+    assert applied == run.best == START
+    with open(tmp_path / "tune.csv") as file:
+        best = list(csv.DictReader(file))[-1]
+    assert best["sample"] == "best" and all(best[f] == str(START[f]) for f in space.FIELDS)
+
+
 def _with_the_users_chunk(tmp_path, samples):
     """Return a tuner on one host whose user set a ring chunk of 192 KiB, its clock and start."""
     chosen = _tuned(tmp_path, ring_chunk_bytes=3 << 16, autotune_samples=samples)

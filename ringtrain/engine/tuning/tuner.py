@@ -13,7 +13,9 @@ whole under one set of settings on every rank (``engine.core``). The run:
    ``autotune_steps_per_sample`` whole steps long, scored in bytes per second of the
    median step (``steps``) and proposed by the search (``search``). Each is logged
    (``log``).
-4. Every rank switches to the best; it is logged last and remembered.
+4. Every rank switches to the best, unless it beats the first sample (the starting
+   settings) by less than ``KEEP_START_MARGIN``: then to the first. It is logged last and
+   remembered.
 
 A job whose allreduces never repeat a name has no steps to time: after
 ``GIVE_UP_RESPONSES`` allreduces without one, the tuner warns, and the job keeps (or goes
@@ -29,6 +31,11 @@ from ringtrain.engine.tuning.memory import TuningMemory, job_key
 from ringtrain.engine.tuning.steps import StepClock, signature
 
 GIVE_UP_RESPONSES = 10_000
+# The best sample must beat the first (the starting settings) by this much to be taken:
+# settings that act alike differ here by 1-2% between samples, so a smaller win is noise,
+# and the start is what the job would have run. In ``bench autotune``, within one launch,
+# autotune that took a noisy win ran at 0.96-0.97 of the defaults at 2 hosts x 2 ranks.
+KEEP_START_MARGIN = 0.03
 
 
 def steps_to_tune(settings) -> int:
@@ -63,6 +70,7 @@ class Tuner:
         self._memory = TuningMemory(settings.autotune_cache) if settings.autotune_cache else None
         self._key = None
         self._trying: dict | None = None  # the sample being timed
+        self._first: tuple[dict, float] | None = None  # the first sample and its score
         self.sampled = 0  # samples scored
         self.done = False
         self.best: dict | None = None  # the settings it settled on: searched or remembered
@@ -81,10 +89,15 @@ class Tuner:
         score = steps.score()
         self._search.tell(score)
         self.sampled += 1
+        if self.sampled == 1:
+            self._first = (self._trying, score)
         if self._log is not None:
             self._log.sample(self.sampled, self._trying, score)
         if self.sampled == self._samples:
             best, best_score = self._search.best()
+            first, first_score = self._first
+            if best_score < first_score * (1 + KEEP_START_MARGIN):
+                return self._finish(first, first_score)
             return self._finish({**self.start, **best}, best_score)
         return self._next()
 
