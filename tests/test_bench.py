@@ -123,7 +123,7 @@ def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch():
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "tuned within 13 steps" in out and "medians over 2 turns" in out, out
+    assert "tuned within 13 steps" in out and "medians over 2 blocks" in out, out
     labels = ["defaults", "autotune", "MPI_Allreduce", "best fixed", "fusion 1 MiB, chunk"]
     assert all(f"  {label}" in out for label in labels), out
     assert out.count(" calls/s\n") == 2 + 8 + 2, out  # the sweep's 8, MPI and the best

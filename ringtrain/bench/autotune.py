@@ -5,9 +5,9 @@ and every point of a sweep of fixed settings (fusion threshold x ring chunk x re
 cache). The job is ``bench train``'s ringtrain contender (``--workload train``: the custom
 train step of ``--model`` at ``--np`` ranks, samples/s) or one allreduce of ``--size``
 bytes (``--workload allreduce``, calls/s, beside ``MPI_Allreduce``). Each round is one
-launch (``autotune_job``) that tunes, then times every setting in ``--blocks`` turns within
+launch (``autotune_job``) that tunes, then times every setting in ``--blocks`` blocks within
 the launch: launches of one setting differ here by more than the settings do. It prints
-medians over every turn of ratios taken within the turn, the best fixed setting being the
+medians over every block of ratios taken within the block, the best fixed setting being the
 sweep point with the best median in its launch, and the settings that autotune chose.
 
 With ``--hosts H`` (root) the ranks run on H namespace test hosts (``ringtrain.bench.netns``),
@@ -47,12 +47,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, default=64, help="train: per rank (default 64)")
     parser.add_argument("--np", type=int, default=2, help="ranks (default 2)")
     parser.add_argument("--rounds", type=int, default=2, help="launches (default 2)")
-    parser.add_argument("--blocks", type=int, default=5, help="turns in each launch (default 5)")
+    parser.add_argument("--blocks", type=int, default=5, help="blocks in each launch (default 5)")
     parser.add_argument(
-        "--steps", type=int, default=30, help="train: steps timed per setting a turn (default 30)"
+        "--steps", type=int, default=30, help="train: steps timed per setting a block (default 30)"
     )
     parser.add_argument(
-        "--seconds", type=float, default=0.5, help="allreduce: time per setting a turn (0.5)"
+        "--seconds", type=float, default=0.5, help="allreduce: time per setting a block (0.5)"
     )
     parser.add_argument("--timeout", type=float, default=900, help="per launch, in seconds")
     parser.add_argument("--hosts", type=int, default=0, help="namespace test hosts (root)")
@@ -128,7 +128,7 @@ def _launch(args, command, env) -> dict:
 def _rounds(args, launch) -> int:
     """Tune and time every setting within each of ``args.rounds`` launches; print them.
 
-    Each turn's ratios are taken within the turn; the best fixed setting is the sweep
+    Each block's ratios are taken within the block; the best fixed setting is the sweep
     point with the best median in its launch.
     """
     sweep = list(sweep_values({}))
@@ -149,9 +149,9 @@ def _rounds(args, launch) -> int:
                 (best, "best fixed"),
             ):
                 pairs[f"{shown} / {MPI_LABEL}"] = (top, MPI_LABEL)
-        for turn in range(args.blocks):
+        for block in range(args.blocks):
             for name, (top, bottom) in pairs.items():
-                ratios.setdefault(name, []).append(launched[top][turn] / launched[bottom][turn])
+                ratios.setdefault(name, []).append(launched[top][block] / launched[bottom][block])
         chosen = ", ".join(f"{f}={v}" for f, v in result["settings"]["autotune"].items())
         print(f"round {number}/{args.rounds}: autotune chose {chosen}; best fixed: {best}")
     _print(args, rates, ratios)
@@ -167,8 +167,8 @@ def _print(args, rates, ratios) -> None:
         job, unit, each = f"allreduce of {args.size} bytes", "calls/s", f"{args.seconds:g} s"
     print(
         f"{job}, -np {args.np}{where}: tuned within {args.warmup - 20} steps, then every "
-        f"setting timed for {each} in each of {args.blocks} turns of {args.rounds} launches; "
-        f"medians over {args.blocks * args.rounds} turns"
+        f"setting timed for {each} in each of {args.blocks} blocks of {args.rounds} launches; "
+        f"medians over {args.blocks * args.rounds} blocks"
     )
     for label, values in rates.items():
         print(f"  {label:<40} {np.median(values):>10.0f} {unit}")

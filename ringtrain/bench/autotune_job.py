@@ -4,7 +4,7 @@ Run under mpirun with autotune on and nothing remembered. The job is ``bench tra
 ringtrain contender (``--workload train``: the custom train step of ``--model``, samples/s)
 or one allreduce of ``--size`` bytes called again and again, each call a step (calls/s;
 read-only, as training's are). It runs ``--warmup`` steps, longer than tuning takes, then
-times, in ``--blocks`` turns: the settings it started with (the defaults), those autotune
+times, in ``--blocks`` blocks: the settings it started with (the defaults), those autotune
 chose, every fixed setting of the sweep (``autotune.sweep_values``), and, for the allreduce,
 ``MPI_Allreduce`` of the same buffer. Every rank switches to each setting together
 (``Engine.switch_settings``), so launches that differ by more than the settings do (15% on
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     labels = [*settings_of, *job.peers]
     rates: dict[str, list[float]] = {label: [] for label in labels}
     for block in range(args.blocks):
-        turn = block % len(labels)
-        for label in labels[turn:] + labels[:turn]:
+        first = block % len(labels)
+        for label in labels[first:] + labels[:first]:
             if label in settings_of and comm.Get_rank() == 0:
                 engine.switch_settings(settings_of[label])
             rates[label].append(job.rate(label))
