@@ -157,7 +157,8 @@ class Engine:
         """Have every rank run under ``values`` from the next responses on, as autotune does.
 
         On rank 0 of an engine started with autotune, once it has tuned (``Tuner.switch``
-        checks ``values``): for a benchmark that times several settings in one launch.
+        checks ``values``): for a benchmark that times several settings in one launch. Call
+        it between collectives: a switch made while the last is still pending may be lost.
         Raises ValueError elsewhere.
         """
         if self.tuner is None:

@@ -25,6 +25,7 @@ from ringtrain import settings
 from ringtrain.engine import messages
 from ringtrain.engine.core import Engine
 from ringtrain.engine.tuning import space
+from ringtrain.engine.tuning import tuner as tuner_module
 from ringtrain.topology import discover
 
 WARMUP, PER_SAMPLE, SAMPLES = 1, 2, 6
@@ -141,7 +142,11 @@ def body():
             assert rows[0][field] == str(value), f"the first sample is not the start: {rows[0]}"
         best = rows[-1]
         scores = [float(row["score_bytes_per_second"]) for row in rows[:-1]]
-        assert float(best["score_bytes_per_second"]) == max(scores), rows
+        # The best sample, or the first where the best beats it by less than the margin.
+        kept = max(scores) < scores[0] * (1 + tuner_module.KEEP_START_MARGIN)
+        winner = rows[0] if kept else rows[scores.index(max(scores))]
+        fields = [*space.FIELDS, "score_bytes_per_second"]
+        assert all(best[f] == winner[f] for f in fields), (best, winner, rows)
         chunk, hierarchical, _ = finals[0]
         assert best["ring_chunk_bytes"] == str(chunk), (best, finals[0])
         assert best["hierarchical_allreduce"] == str(hierarchical), (best, finals[0])

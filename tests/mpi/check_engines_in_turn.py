@@ -4,8 +4,9 @@ An engine frees its communicators at shutdown, and MPI gives the next engine's t
 context ids. A control message that a rank sent after its last one (a heartbeat from the
 waits of the shutdown) reached a later engine's channel as its own, out of its order, and
 hung that engine: at -np 4 on pretend hosts of two, about one launch in two of four engines.
-Here ``ENGINES`` engines run in turn, ``STEPS`` steps each, with a heartbeat due at every
-shutdown; hierarchical on pretend hosts of two at -np 3 and 4, on this host at -np 2. Each
+Here ``ENGINES`` engines run in turn, ``STEPS`` steps each, and each idles for a second
+before its shutdown, as a job does after its last step, so that heartbeats go near the
+shutdown; hierarchical on pretend hosts of two at -np 3 and 4, flat on this host at -np 2. Each
 step is check_autotune's: named allreduces of lengths 0, 1 and uneven, a fused few and one
 past the shared-memory calls, every rank its own data, checked against NumPy.
 """
@@ -33,7 +34,7 @@ def body():
         assert engine.transport.capabilities.hierarchical == (n > 2)
         for step in range(STEPS):
             run_step(engine, comm, step)
-        time.sleep(1.0)  # a heartbeat is due by the shutdown (beats go every second at most)
+        time.sleep(1.0)  # idle engines beat every second
         engine.shutdown()
 
 
