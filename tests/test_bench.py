@@ -112,23 +112,33 @@ def test_compare_times_checkouts_in_turns_and_gives_each_case_a_ratio(tmp_path):
 
 
 @pytest.mark.mpi
-def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch():
+@pytest.mark.parametrize(
+    "workload, unit, peers",
+    [
+        (["allreduce", "--size", "65536", "--seconds", "0.05"], "calls/s", ["MPI_Allreduce"]),
+        (["train", "--model", "mlp", "--batch", "8", "--steps", "2"], "samples/s", []),
+    ],
+    ids=["allreduce", "train"],
+)
+def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch(
+    workload, unit, peers
+):
     command = [
-        sys.executable, "-m", "ringtrain.bench", "autotune", "--workload", "allreduce",
-        "--size", "65536", "--rounds", "1", "--blocks", "2", "--seconds", "0.05",
-        "--timeout", "100",
+        sys.executable, "-m", "ringtrain.bench", "autotune", "--workload", *workload,
+        "--rounds", "1", "--blocks", "2", "--timeout", "150",
     ]  # fmt: skip
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(RINGTRAIN_AUTOTUNE_SAMPLES="3", RINGTRAIN_AUTOTUNE_STEPS_PER_SAMPLE="2")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "tuned within 13 steps" in out and "medians over 2 blocks" in out, out
-    labels = ["defaults", "autotune", "MPI_Allreduce", "best fixed", "fusion 1 MiB, chunk"]
+    labels = ["defaults", "autotune", "best fixed", "fusion 1 MiB, chunk", *peers]
     assert all(f"  {label}" in out for label in labels), out
-    assert out.count(" calls/s\n") == 2 + 8 + 2, out  # the sweep's 8, MPI and the best
-    for ratio in ("autotune / best fixed setting: ", "autotune / MPI_Allreduce: "):
-        assert ratio in out, out
+    # The sweep's 8, the defaults, autotune, the best and any peer (MPI_Allreduce).
+    assert out.count(f" {unit}\n") == 8 + 3 + len(peers), out
+    ratios = ["autotune / best fixed setting: ", *(f"autotune / {peer}: " for peer in peers)]
+    assert all(ratio in out for ratio in ratios), out
     assert "round 1/1: autotune chose fusion_threshold=" in out, out
 
 

@@ -6,9 +6,9 @@ waits of the shutdown) reached a later engine's channel as its own, out of its o
 hung that engine: at -np 4 on pretend hosts of two, about one launch in two of four engines.
 Here ``ENGINES`` engines run in turn, ``STEPS`` steps each, and each idles for a second
 before its shutdown, as a job does after its last step, so that heartbeats go near the
-shutdown; hierarchical on pretend hosts of two at -np 3 and 4, flat on this host at -np 2. Each
-step is check_autotune's: named allreduces of lengths 0, 1 and uneven, a fused few and one
-past the shared-memory calls, every rank its own data, checked against NumPy.
+shutdown: hierarchical on pretend hosts of two at -np 3 and 4, flat on this host at -np 2.
+Each step is check_autotune's: named allreduces of lengths 0, 1 and uneven, a fused few
+and one past the shared-memory calls, every rank its own data, checked against NumPy.
 """
 
 import time
