@@ -120,9 +120,7 @@ def test_compare_times_checkouts_in_turns_and_gives_each_case_a_ratio(tmp_path):
     ],
     ids=["allreduce", "train"],
 )
-def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch(
-    workload, unit, peers
-):
+def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch(workload, unit, peers):
     command = [
         sys.executable, "-m", "ringtrain.bench", "autotune", "--workload", *workload,
         "--rounds", "1", "--blocks", "2", "--timeout", "150",
