@@ -266,12 +266,14 @@ def test_reduce_matches_numpy(dtype, op, n):
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.int8), F32], ids=str)
 @pytest.mark.parametrize("op", KERNEL_OPS, ids=lambda op: op.name)
-def test_reduce_into_a_itself(dtype, op):
+@pytest.mark.parametrize("into", ["a", "b"])
+def test_reduce_into_an_input_itself(dtype, op, into):
     rng = np.random.default_rng(5)
     a, b = random_array(dtype, (1001,), rng), random_array(dtype, (1001,), rng)
     expected = NUMPY_OPS[op](a, b)
-    cpu.reduce(a, a, b, op, 1.0)
-    np.testing.assert_array_equal(a, expected)
+    dst = a if into == "a" else b
+    cpu.reduce(dst, a, b, op, 1.0)
+    np.testing.assert_array_equal(dst, expected)
 
 
 def test_unscaled_float_sum_is_bit_exact():

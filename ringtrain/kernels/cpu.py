@@ -257,10 +257,13 @@ def reduce_elements(dst, a, b, op, scale):
 
 @njit
 def _reduce_with(dst, a, b, op, scale):
-    """Run ``reduce_elements``'s loop for one constant ``op``; read ``dst`` alone if it is ``a``."""
+    """Run ``reduce_elements``'s loop for one constant ``op``; read ``dst`` alone if an input."""
     if dst.ctypes.data == a.ctypes.data:  # one array read and written: no overlap check to fail
         for i in range(dst.size):
             dst[i] = _scaled(_combine(op, dst[i], b[i]), scale)
+    elif dst.ctypes.data == b.ctypes.data:
+        for i in range(dst.size):
+            dst[i] = _scaled(_combine(op, a[i], dst[i]), scale)
     else:
         for i in range(dst.size):
             dst[i] = _scaled(_combine(op, a[i], b[i]), scale)
@@ -315,7 +318,7 @@ def unpack(buffer, offsets, destinations, scale=1.0):
 
 
 def reduce(dst, a, b, op, scale=1.0):
-    """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` itself."""
+    """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` or ``b`` itself."""
     op, scale = kernels.reduction_args(dst, a, b, op, scale)
     reduce_elements(dst, a, b, op, scale)
 

@@ -144,7 +144,7 @@ def unpack(buffer, offsets, destinations, scale=1.0):
 
 
 def reduce(dst, a, b, op, scale=1.0):
-    """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` itself."""
+    """Set ``dst[:] = op(a, b) * scale`` element-wise; ``dst`` may be ``a`` or ``b`` itself."""
     op, scale = kernels.reduction_args(dst, a, b, op, scale)
     if dst.size:
         blocks = min(_MAX_BLOCKS, -(-dst.size // _THREADS))

@@ -7,9 +7,12 @@ next chunks are still in flight, so sending one piece overlaps reducing the prev
 Receives are posted ahead into reused scratch slots, as many as cover ``window_bytes`` (at
 least ``MIN_WINDOW``): MPI's TCP transport sends a large message only once its receive is
 posted and that news has crossed back, so the receives posted ahead must cover what the
-link holds in flight. Allgather is MPI's own collective on bytes, or the ring's allgather
-half (``allgatherv_ring``); broadcast and alltoall are MPI's own collectives on bytes, and
-Adasum runs its exchange (``ringtrain.transport.adasum``) over the same communicator.
+link holds in flight. Two ranks without a codec or a feed skip the ring: each sends the other
+its whole buffer in pieces and reduces what comes (``_pair``), one dependent crossing where
+the ring has two, with the same bytes on the wire. Allgather is MPI's own collective on
+bytes, or the ring's allgather half (``allgatherv_ring``); broadcast and alltoall are MPI's
+own collectives on bytes, and Adasum runs its exchange (``ringtrain.transport.adasum``)
+over the same communicator.
 """
 
 import functools
@@ -90,6 +93,8 @@ class MessageTransport:
         as soon as it is final. Returns the ``perf_counter_ns`` time at which the
         reduce-scatter part ended.
         """
+        if self.size == 2 and allgather and codec is None and feed is None:
+            return self._pair(src, dst, op, postscale)
         steps = schedule.ring_steps(self.rank, self.size, allgather)
         return self._ring(src, dst, op, postscale, bounds, steps, codec, feed)
 
@@ -139,10 +144,8 @@ class MessageTransport:
         # ms against 80-86 with every send in flight), so it keeps them all in flight.
         if wire is not None:
             depth = len(first) + len(recvs)  # its first sends and a forward per receive, at most
-        elif self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
-            depth = max(1, SLOW_LINK_IN_FLIGHT_BYTES // (chunk * scratch_dtype.itemsize))
         else:
-            depth = 2
+            depth = self._depth(chunk * scratch_dtype.itemsize)
         sends = _SendQueue(comm, right, _TAG, depth)
         # A send whose source region a later allgather receive overwrites must finish before
         # that receive is posted: ``hazard`` is the number of the last such send. Those are
@@ -204,6 +207,58 @@ class MessageTransport:
         if wire is None:  # every send in flight at once would time each behind the others
             self._link_rate = sends.rate() or self._link_rate
         return reduce_scatter_end
+
+    def _depth(self, piece_bytes: int) -> int:
+        """Return how many uncompressed sends of ``piece_bytes`` to keep in flight to a peer."""
+        if self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
+            return max(1, SLOW_LINK_IN_FLIGHT_BYTES // piece_bytes)
+        return 2
+
+    def _pair(self, src, dst, op, postscale) -> int:
+        """Allreduce 1-D ``src`` with the one other rank into ``dst``, times ``postscale``.
+
+        Each rank sends its whole ``src`` in pieces, as many in flight as a ring's sends
+        (``_depth``), and reduces each piece it receives as it comes. Both ranks put rank 0's
+        values first, so that they end with the same bits where the order matters (the
+        sign of a zero in Min and Max, a NaN's payload). A piece reduced in place waits
+        for its own send first. Returns the ``perf_counter_ns`` time of the last reduce.
+        """
+        backend = kernels.backend_for(dst)
+        pieces = schedule.chunks(
+            0, len(src), piece_elements(self.chunk_elements(dst.dtype), len(src), dst.itemsize)
+        )
+        if not pieces:
+            return time.perf_counter_ns()
+        stride = pieces[0][1]
+        window = min(max(MIN_WINDOW, -(-self.window_bytes // (stride * dst.itemsize))), len(pieces))
+        scratch = self._pool.get("ring-scratch", window * stride, dst.dtype)
+        comm, peer = self.comm, self._right
+        peers, what = [self._ranks[peer]], f"an exchange of {src.nbytes} bytes with one rank"
+
+        def receive(number):
+            lo, hi = pieces[number]
+            slot = (number % window) * stride
+            target = scratch[slot : slot + hi - lo]
+            return comm.Irecv(target, peer, _TAG), target
+
+        posted = deque(receive(number) for number in range(window))
+        sends = _SendQueue(comm, peer, _TAG, self._depth(stride * dst.itemsize))
+        for lo, hi in pieces:
+            sends.send(src[lo:hi])
+        in_place = np.may_share_memory(src, dst)
+        for number, (lo, hi) in enumerate(pieces):
+            request, target = posted.popleft()
+            self._waiter.until(functools.partial(sends.received, request), peers, what, True)
+            if in_place:
+                sends.wait_for(number + 1, self._waiter, peers, what)
+            first, second = (src[lo:hi], target) if self.rank == 0 else (target, src[lo:hi])
+            backend.reduce(dst[lo:hi], first, second, op, postscale)
+            if number + window < len(pieces):
+                posted.append(receive(number + window))
+        reduced = time.perf_counter_ns()
+        sends.wait_for(sends.queued, self._waiter, peers, what)
+        self._link_rate = sends.rate() or self._link_rate
+        return reduced
 
     def broadcast_chunks(self, array, root: int) -> None:
         """Overwrite 1-D ``array`` on every rank with ``root``'s, in chunks of ``chunk_bytes``.

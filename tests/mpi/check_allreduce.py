@@ -66,6 +66,14 @@ def body():
         "out= Max",
     )
 
+    # Zeros signed by rank: Min and Max keep one of two equal values, so the sign that every
+    # rank ends with depends on the order of the operands, which must be the same everywhere.
+    zeros = np.full(9, -0.0 if r % 2 else 0.0, np.float32)
+    for op in (ringtrain.Min, ringtrain.Max):
+        got = ringtrain.allreduce(zeros, op=op, name=f"signed zeros {op.name}")
+        assert_equal(got, np.zeros(9, np.float32), f"signed zeros {op.name}")
+        same_bits_everywhere(got, f"signed zeros {op.name}")
+
     # The older average flag, and the default op (Average).
     ints = rank_data(r, (9,), np.int32, salt=4)
     allints = [rank_data(i, (9,), np.int32, 4) for i in range(n)]
