@@ -265,6 +265,24 @@ def test_a_user_set_value_is_left_alone_through_every_sample(tmp_path):
     assert {s["hierarchical_allreduce"] for s in switches} == {False}
 
 
+def test_a_job_whose_user_set_every_tuned_value_settles_on_them_without_a_switch(tmp_path):
+    from ringtrain.bench import autotune_job
+
+    values = {"fusion_threshold": 1 << 20, "cycle_time_ms": 0.5, "ring_chunk_bytes": 1 << 18}
+    chosen = _tuned(tmp_path, **values, cache_capacity=1024)
+    fields = space.tuned_fields(chosen.user_set, False)
+    assert fields == ()
+    start = space.current(chosen, False)
+    clock = Clock()
+    run = tuner.Tuner(chosen, fields, start, _key, clock)
+    steps, switches, applied = _run_job(run, clock, lambda v: 1.0, 200)
+    assert run.done and run.sampled == 0 and switches == [] and run.best == start == applied
+    assert steps == chosen.autotune_warmup_samples * chosen.autotune_steps_per_sample + 2
+    assert autotune_job._settings_to_time(run, steps).startswith(
+        "the sweep switches fusion_threshold, ring_chunk_bytes, response_cache, which"
+    )
+
+
 def test_a_switch_once_tuned_takes_any_tuned_value_and_refuses_the_rest(tmp_path):
     run, clock, start = _with_the_users_chunk(tmp_path, 2)
     other = {**start, "fusion_threshold": 1 << 16, "response_cache": False}

@@ -24,7 +24,7 @@ import ringtrain
 from ringtrain import runtime
 from ringtrain.bench import train
 from ringtrain.bench.allreduce import median_time
-from ringtrain.bench.autotune import MPI_LABEL, sweep_values
+from ringtrain.bench.autotune import MPI_LABEL, SWEEP, sweep_values
 
 
 def main(argv=None) -> int:
@@ -46,9 +46,11 @@ def main(argv=None) -> int:
     engine = runtime.current().engine
     for _ in range(args.warmup):
         job.step()
-    settings_of = comm.bcast(_settings_to_time(engine.tuner) if comm.Get_rank() == 0 else None)
-    if settings_of is None:
-        raise SystemExit(f"autotune did not finish within {args.warmup} steps")
+    settings_of = comm.bcast(
+        _settings_to_time(engine.tuner, args.warmup) if comm.Get_rank() == 0 else None
+    )
+    if isinstance(settings_of, str):
+        raise SystemExit(settings_of)
     labels = [*settings_of, *job.peers]
     rates: dict[str, list[float]] = {label: [] for label in labels}
     for block in range(args.blocks):
@@ -140,10 +142,16 @@ class TrainJob:
             raise AssertionError(f"the ranks' models differ after the timed steps: {digests}")
 
 
-def _settings_to_time(tuner) -> dict | None:
-    """Return the settings to time by label, or None if the tuner has not finished."""
+def _settings_to_time(tuner, warmup: int) -> dict | str:
+    """Return the settings to time by label, or why there are none after ``warmup`` steps."""
     if tuner is None or not tuner.done or tuner.best is None:
-        return None
+        return f"autotune did not finish within {warmup} steps"
+    held = [field for field in SWEEP if field not in tuner.fields]
+    if held:
+        return (
+            f"the sweep switches {', '.join(held)}, which this job does not tune (the user "
+            "set them): unset them to run this benchmark"
+        )
     return {"defaults": tuner.start, "autotune": tuner.best, **sweep_values(tuner.start)}
 
 

@@ -131,8 +131,8 @@ class Tuner:
             self._close()
             self.best = {**self.start, **{f: remembered[f] for f in self.fields}}
             return self.best
-        if self._search is None:  # the user set every tunable setting
-            self.done = True
+        if self._search is None:  # the user set every tunable setting: they are the best
+            self.done, self.best = True, dict(self.start)
             self._close()
             return None
         self._sampling = True
