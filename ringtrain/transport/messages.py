@@ -91,7 +91,8 @@ class MessageTransport:
         in its wire type. A ``feed`` (``owners.OwnerFeed``) fills each
         piece of ``src`` just before the ring first reads it, and takes each piece of ``dst``
         as soon as it is final. Returns the ``perf_counter_ns`` time at which the
-        reduce-scatter part ended.
+        reduce-scatter part ended. An allreduce of two ranks without a codec or a feed runs
+        no ring: the ranks exchange their buffers (``_pair``).
         """
         if self.size == 2 and allgather and codec is None and feed is None:
             return self._pair(src, dst, op, postscale)
