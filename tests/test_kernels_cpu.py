@@ -270,10 +270,14 @@ def test_reduce_matches_numpy(dtype, op, n):
 def test_reduce_into_an_input_itself(dtype, op, into):
     rng = np.random.default_rng(5)
     a, b = random_array(dtype, (1001,), rng), random_array(dtype, (1001,), rng)
+    a[:5], b[:5] = 0, -0.0  # the order of the operands decides Min and Max's sign of zero
     expected = NUMPY_OPS[op](a, b)
+    apart = np.empty_like(a)
+    cpu.reduce(apart, a, b, op, 1.0)
     dst = a if into == "a" else b
     cpu.reduce(dst, a, b, op, 1.0)
     np.testing.assert_array_equal(dst, expected)
+    assert_bits(dst, apart)  # the same bits as into an array of its own
 
 
 def test_unscaled_float_sum_is_bit_exact():

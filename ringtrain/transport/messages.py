@@ -131,8 +131,7 @@ class MessageTransport:
         last_reduce = sum(step.reduce for step in steps) - 1
         first, recvs = schedule.ring_pieces(steps, bounds, chunk)
         stride = min(chunk, len(src))
-        ahead = -(-self.window_bytes // (chunk * scratch_dtype.itemsize))
-        window = min(max(MIN_WINDOW, ahead), len(recvs))
+        window = self._window(chunk * scratch_dtype.itemsize, len(recvs))
         reduces = last_reduce >= 0
         scratch = None
         if reduces:
@@ -209,6 +208,10 @@ class MessageTransport:
             self._link_rate = sends.rate() or self._link_rate
         return reduce_scatter_end
 
+    def _window(self, piece_bytes: int, receives: int) -> int:
+        """Return how many of ``receives`` pieces of ``piece_bytes`` to post ahead at once."""
+        return min(max(MIN_WINDOW, -(-self.window_bytes // piece_bytes)), receives)
+
     def _depth(self, piece_bytes: int) -> int:
         """Return how many uncompressed sends of ``piece_bytes`` to keep in flight to a peer."""
         if self._link_rate is not None and self._link_rate < SLOW_LINK_BYTES_PER_S:
@@ -231,7 +234,7 @@ class MessageTransport:
         if not pieces:
             return time.perf_counter_ns()
         stride = pieces[0][1]
-        window = min(max(MIN_WINDOW, -(-self.window_bytes // (stride * dst.itemsize))), len(pieces))
+        window = self._window(stride * dst.itemsize, len(pieces))
         scratch = self._pool.get("ring-scratch", window * stride, dst.dtype)
         comm, peer = self.comm, self._right
         peers, what = [self._ranks[peer]], f"an exchange of {src.nbytes} bytes with one rank"
