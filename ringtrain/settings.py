@@ -73,7 +73,7 @@ class Settings:
     autotune_cache: str | None = None  # a file that remembers the best settings per job
     autotune_warmup_samples: int = 1  # samples' worth of steps run untimed before tuning
     autotune_steps_per_sample: int = 8
-    autotune_samples: int = 20  # settings tried, the defaults first
+    autotune_samples: int = 16  # settings searched, the defaults first (a confirmation follows)
     # The fields above that the user gave (environment or init() keywords): autotune leaves
     # these alone. Not a setting of its own.
     user_set: frozenset = frozenset()

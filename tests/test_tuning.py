@@ -14,6 +14,7 @@ from ringtrain.engine.messages import Meta
 from ringtrain.engine.negotiation import Coordinator
 from ringtrain.engine.stall import StallInspector
 from ringtrain.engine.tuning import space, tuner
+from ringtrain.engine.tuning.confirm import SAMPLES_EACH, Confirmation
 from ringtrain.engine.tuning.memory import TuningMemory, job_key
 from ringtrain.engine.tuning.search import Search
 from ringtrain.engine.tuning.steps import StepClock, signature
@@ -211,19 +212,28 @@ def test_a_run_warms_up_samples_switches_to_the_best_logs_and_remembers(tmp_path
     clock = Clock()
     run = tuner.Tuner(chosen, space.FIELDS, START, _key, clock)
     steps, switches, applied = _run_job(run, clock, _cost, 400)
-    per, samples = chosen.autotune_steps_per_sample, chosen.autotune_samples
+    per, searched = chosen.autotune_steps_per_sample, chosen.autotune_samples
+    samples = searched + 2 * SAMPLES_EACH  # the search's, then the confirmation's
     assert run.done and run.sampled == samples
     assert steps <= 200, steps  # within the first 200 steps of a job, with the defaults
     # A step ends as the next begins, and a sample's timing starts at a step's start.
     assert steps == chosen.autotune_warmup_samples * per + 2 + samples * (per + 1)
+    assert steps == tuner.steps_to_tune(chosen)
     assert len(switches) == samples + 1 and switches[0] == START
     with open(tmp_path / "tune.csv") as file:
         rows = list(csv.DictReader(file))
     assert [row["sample"] for row in rows] == [*map(str, range(1, samples + 1)), "best"]
     scores = [float(row["score_bytes_per_second"]) for row in rows[:-1]]
     best = rows[-1]
-    assert float(best["score_bytes_per_second"]) == max(scores)
+    # The confirmation times the start and the search's best in turn: start, best, best, start.
+    confirming = [{f: row[f] for f in space.FIELDS} for row in rows[searched:-1]]
+    start, found = confirming[0], confirming[1]
+    assert confirming == [start, found, found, start] and start == {
+        f: str(v) for f, v in START.items()
+    }
+    assert float(best["score_bytes_per_second"]) == pytest.approx(max(scores[:searched]))
     assert applied == switches[-1] and all(best[f] == str(applied[f]) for f in space.FIELDS)
+    assert all(best[f] == found[f] for f in space.FIELDS)
     assert _cost(applied) < _cost(START) / 1.25, applied  # the defaults score 7, the peak 11
 
     again = tuner.Tuner(chosen, space.FIELDS, START, _key, clock)
@@ -247,6 +257,51 @@ def test_a_best_that_beats_the_start_by_less_than_the_margin_leaves_the_start(tm
     with open(tmp_path / "tune.csv") as file:
         best = list(csv.DictReader(file))[-1]
     assert best["sample"] == "best" and all(best[f] == str(START[f]) for f in space.FIELDS)
+
+
+def test_a_best_sample_that_was_only_lucky_loses_the_confirmation_and_the_start_stays(tmp_path):
+    clock = Clock()
+    chosen = _tuned(tmp_path, autotune_samples=6)
+    run = tuner.Tuner(chosen, space.FIELDS, START, _key, clock)
+    lucky = {"sample": None}
+
+    def cost(values):
+        # Every setting takes 1 s a step, but the third sample's ran 10% faster, once.
+        if run.sampled == 2 and values != START:
+            lucky["sample"] = dict(values)
+            return 1.0 / 1.1
+        return 1.0
+
+    steps, switches, applied = _run_job(run, clock, cost, 400)
+    assert run.done and run.sampled == 6 + 2 * SAMPLES_EACH and steps == tuner.steps_to_tune(chosen)
+    assert switches[6:-1] == [START, lucky["sample"], lucky["sample"], START], switches
+    assert applied == run.best == START
+    with open(tmp_path / "tune.csv") as file:
+        best = list(csv.DictReader(file))[-1]
+    assert all(best[f] == str(START[f]) for f in space.FIELDS)
+    step_bytes = (1000 + 1000 + 3000) * 4  # float32s, a step a second: the start's fresh score
+    assert float(best["score_bytes_per_second"]) == pytest.approx(step_bytes)
+
+
+def test_the_confirmation_keeps_the_best_only_if_its_fresh_samples_score_higher():
+    start, best = {"x": 0}, {"x": 1}
+    order = []
+    cases = (([2.0, 1.0, 1.0, 2.0], start, 2.0), ([2.0, 2.5, 1.9, 2.0], best, 2.2))
+    for scores, winner, mean in cases:
+        confirmation = Confirmation(start, best)
+        order = []
+        for score in scores:
+            order.append(confirmation.next())
+            confirmation.tell(score)
+        assert confirmation.next() is None
+        values, score = confirmation.winner()
+        assert values == winner and score == pytest.approx(mean)
+    assert order == [start, best, best, start]
+    tie = Confirmation(start, best)
+    for _ in range(2 * SAMPLES_EACH):
+        tie.next()
+        tie.tell(1.0)
+    assert tie.winner() == (start, 1.0)  # a tie keeps the start
 
 
 def _with_the_users_chunk(tmp_path, samples):
@@ -403,7 +458,8 @@ def test_the_benchmarks_warmup_outlasts_tuning_and_its_sweep_points_are_valid_se
     from ringtrain.bench import autotune
 
     env = {"RINGTRAIN_AUTOTUNE_SAMPLES": "5", "RINGTRAIN_AUTOTUNE_STEPS_PER_SAMPLE": "3"}
-    assert autotune.warmup_steps(env) == 1 * 3 + 2 + 5 * (3 + 1) + 20
+    samples = 5 + 2 * SAMPLES_EACH  # the search's and the confirmation's
+    assert autotune.warmup_steps(env) == 1 * 3 + 2 + samples * (3 + 1) + 20
     points = autotune.sweep_values(START)
     assert len({tuple(sorted(p.items())) for p in points.values()}) == len(points) == 8
     assert "fusion 1 MiB, chunk 4096 KiB, cache off" in points

@@ -3,6 +3,7 @@
 - ``space``: the settings that can be tuned, their ranges, and which a job tunes.
 - ``search``: the optimiser that proposes each sample (optuna's TPE sampler).
 - ``steps``: steps found in the stream of allreduces, and each sample's score.
+- ``confirm``: the search's best timed again against the starting settings.
 - ``log``: the CSV of every sample (``RINGTRAIN_AUTOTUNE_LOG``).
 - ``memory``: the best settings remembered per job (``RINGTRAIN_AUTOTUNE_CACHE``).
 - ``tuner``: the whole run, from warm-up to the settings every rank switches to.

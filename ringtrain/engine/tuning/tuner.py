@@ -13,9 +13,10 @@ whole under one set of settings on every rank (``engine.core``). The run:
    ``autotune_steps_per_sample`` whole steps long, scored in bytes per second of the
    median step (``steps``) and proposed by the search (``search``). Each is logged
    (``log``).
-4. Every rank switches to the best, unless it beats the first sample (the starting
-   settings) by less than ``KEEP_START_MARGIN``: then to the first. It is logged last and
-   remembered.
+4. The start stays unless the best sample beats the first (the starting settings) by
+   ``KEEP_START_MARGIN``. Where it does, the best and the start are timed again in turn
+   (``confirm``), and the one whose fresh samples score higher is kept. Every rank
+   switches to it; it is logged last and remembered.
 
 A job whose allreduces never repeat a name has no steps to time: after
 ``GIVE_UP_RESPONSES`` allreduces without one, the tuner warns, and the job keeps (or goes
@@ -26,6 +27,7 @@ import warnings
 
 from ringtrain.engine.tuning import search as search_module
 from ringtrain.engine.tuning import space
+from ringtrain.engine.tuning.confirm import SAMPLES_EACH, Confirmation
 from ringtrain.engine.tuning.log import TuningLog
 from ringtrain.engine.tuning.memory import TuningMemory, job_key
 from ringtrain.engine.tuning.steps import StepClock, signature
@@ -39,12 +41,14 @@ KEEP_START_MARGIN = 0.03
 
 
 def steps_to_tune(settings) -> int:
-    """Return the step that begins as tuning ends under ``settings``, remembering nothing.
+    """Return the step that begins as tuning ends under ``settings`` at the latest.
 
-    A step ends as the next begins, and each sample's timing starts at a step's start.
+    That is with a confirmation, remembering nothing. A step ends as the next begins, and
+    each sample's timing starts at a step's start.
     """
     per = settings.autotune_steps_per_sample
-    return settings.autotune_warmup_samples * per + 2 + settings.autotune_samples * (per + 1)
+    samples = settings.autotune_samples + 2 * SAMPLES_EACH
+    return settings.autotune_warmup_samples * per + 2 + samples * (per + 1)
 
 
 class Tuner:
@@ -71,7 +75,8 @@ class Tuner:
         self._key = None
         self._trying: dict | None = None  # the sample being timed
         self._first: tuple[dict, float] | None = None  # the first sample and its score
-        self.sampled = 0  # samples scored
+        self._confirmation: Confirmation | None = None  # once the search has ended
+        self.sampled = 0  # samples scored, the confirmation's too
         self.done = False
         self.best: dict | None = None  # the settings it settled on: searched or remembered
 
@@ -87,19 +92,17 @@ class Tuner:
         if steps.steps < self._per_sample:
             return None
         score = steps.score()
-        self._search.tell(score)
         self.sampled += 1
-        if self.sampled == 1:
-            self._first = (self._trying, score)
         if self._log is not None:
             self._log.sample(self.sampled, self._trying, score)
+        if self._confirmation is not None:
+            return self._confirmed(score)
+        self._search.tell(score)
+        if self.sampled == 1:
+            self._first = (self._trying, score)
         if self.sampled == self._samples:
-            best, best_score = self._search.best()
-            first, first_score = self._first
-            if best_score < first_score * (1 + KEEP_START_MARGIN):
-                return self._finish(first, first_score)
-            return self._finish({**self.start, **best}, best_score)
-        return self._next()
+            return self._searched()
+        return self._try({**self.start, **self._search.ask()})
 
     def switch(self, values) -> dict:
         """Return ``values`` (every field of ``space``) for every rank to switch to, once done.
@@ -136,12 +139,31 @@ class Tuner:
             self._close()
             return None
         self._sampling = True
-        return self._next()
+        return self._try({**self.start, **self._search.ask()})
 
-    def _next(self):
-        self._trying = {**self.start, **self._search.ask()}
+    def _searched(self):
+        """Keep the start, or time the search's best against it again (``confirm``)."""
+        best, best_score = self._search.best()
+        best = {**self.start, **best}
+        first, first_score = self._first
+        if best == first or best_score < first_score * (1 + KEEP_START_MARGIN):
+            return self._finish(first, first_score)
+        self._confirmation = Confirmation(first, best)
+        return self._try(self._confirmation.next())
+
+    def _confirmed(self, score):
+        """Take a confirmation sample's score; time the next, or keep the winner."""
+        self._confirmation.tell(score)
+        following = self._confirmation.next()
+        if following is None:
+            return self._finish(*self._confirmation.winner())
+        return self._try(following)
+
+    def _try(self, values):
+        """Start timing a sample of ``values``; return them for every rank to switch to."""
+        self._trying = values
         self._steps.restart()
-        return self._trying
+        return values
 
     def _finish(self, best, score):
         if self._log is not None:
