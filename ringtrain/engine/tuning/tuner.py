@@ -102,7 +102,7 @@ class Tuner:
             self._first = (self._trying, score)
         if self.sampled == self._samples:
             return self._searched()
-        return self._try({**self.start, **self._search.ask()})
+        return self._ask()
 
     def switch(self, values) -> dict:
         """Return ``values`` (every field of ``space``) for every rank to switch to, once done.
@@ -139,6 +139,10 @@ class Tuner:
             self._close()
             return None
         self._sampling = True
+        return self._ask()
+
+    def _ask(self):
+        """Start timing the search's next sample; return its settings."""
         return self._try({**self.start, **self._search.ask()})
 
     def _searched(self):
