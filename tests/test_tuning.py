@@ -283,12 +283,17 @@ def test_a_best_sample_that_was_only_lucky_loses_the_confirmation_and_the_start_
     assert float(best["score_bytes_per_second"]) == pytest.approx(step_bytes)
 
 
-def test_the_confirmation_keeps_the_best_only_if_its_fresh_samples_score_higher():
+def test_the_confirmation_keeps_the_best_only_if_its_fresh_samples_beat_the_start_by_the_margin():
     start, best = {"x": 0}, {"x": 1}
     order = []
-    cases = (([2.0, 1.0, 1.0, 2.0], start, 2.0), ([2.0, 2.5, 1.9, 2.0], best, 2.2))
+    cases = (
+        ([2.0, 1.0, 1.0, 2.0], start, 2.0),
+        ([2.0, 2.5, 1.9, 2.0], best, 2.2),  # 10% higher
+        ([2.0, 2.05, 2.03, 2.0], start, 2.0),  # 2% higher, under the margin of 3%
+        ([2.0, 2.07, 2.07, 2.0], best, 2.07),  # 3.5% higher
+    )
     for scores, winner, mean in cases:
-        confirmation = Confirmation(start, best)
+        confirmation = Confirmation(start, best, 0.03)
         order = []
         for score in scores:
             order.append(confirmation.next())
@@ -297,7 +302,7 @@ def test_the_confirmation_keeps_the_best_only_if_its_fresh_samples_score_higher(
         values, score = confirmation.winner()
         assert values == winner and score == pytest.approx(mean)
     assert order == [start, best, best, start]
-    tie = Confirmation(start, best)
+    tie = Confirmation(start, best, 0.0)
     for _ in range(2 * SAMPLES_EACH):
         tie.next()
         tie.tell(1.0)

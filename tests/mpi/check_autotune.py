@@ -108,7 +108,8 @@ def assert_best_row(rows):
     """Check the log's best row: the tuner's rule applied to the scores in the rows above it.
 
     The start stays unless the search's best sample beats it by the margin; then both are
-    timed again in turn (start, best, best, start), and the higher mean is kept.
+    timed again in turn (start, best, best, start), and the best is kept only if its mean
+    beats the start's by the margin there too.
     """
 
     def values(row):
@@ -132,7 +133,8 @@ def assert_best_row(rows):
             np.mean([score(row) for row in confirming if values(row) == side])
             for side in (start, candidate)
         ]
-        winner, mean = (found, means[1]) if means[1] > means[0] else (searched[0], means[0])
+        taken = means[1] > means[0] * (1 + tuner_module.KEEP_START_MARGIN)
+        winner, mean = (found, means[1]) if taken else (searched[0], means[0])
     assert values(best) == values(winner), (best, winner, rows)
     assert np.isclose(score(best), mean, rtol=1e-5), (best, mean, rows)
 

@@ -2,8 +2,10 @@
 
 The best of many noisy samples is biased upwards (the winner's curse): among settings
 that act alike, one sample is always the luckiest. Fresh samples of the best and of the
-start are not, so they decide. The order start, best, best, start (and so on) keeps a
-steady drift of the machine's speed from favouring either.
+start are not, so they decide. The best must beat the start there by the search's margin
+too: the start is what the job would have run, and a best that acts alike gains nothing.
+The order start, best, best, start (and so on) keeps a steady drift of the machine's speed
+from favouring either.
 """
 
 import statistics
@@ -13,10 +15,13 @@ SAMPLES_EACH = 2
 
 
 class Confirmation:
-    """Times ``best`` against ``start``, ``SAMPLES_EACH`` samples each, in balanced order."""
+    """Times ``best`` against ``start``, ``SAMPLES_EACH`` samples each, in balanced order.
 
-    def __init__(self, start: dict, best: dict):
-        self.start, self.best = dict(start), dict(best)
+    ``margin``: how much higher the best's mean must be to be kept (0.03 is 3%).
+    """
+
+    def __init__(self, start: dict, best: dict, margin: float):
+        self.start, self.best, self.margin = dict(start), dict(best), margin
         self._order: list[bool] = []  # True where the sample is the best's
         for turn in range(SAMPLES_EACH):
             self._order += [False, True] if turn % 2 == 0 else [True, False]
@@ -35,6 +40,6 @@ class Confirmation:
         self._scores[self._order[timed]].append(score)
 
     def winner(self) -> tuple[dict, float]:
-        """Return the best if its mean score beats the start's, else the start; and that mean."""
+        """Return the kept settings (the best if it beat the start by the margin) and their mean."""
         start, best = (statistics.fmean(self._scores[side]) for side in (False, True))
-        return (self.best, best) if best > start else (self.start, start)
+        return (self.best, best) if best > start * (1 + self.margin) else (self.start, start)

@@ -15,8 +15,8 @@ whole under one set of settings on every rank (``engine.core``). The run:
    (``log``).
 4. The start stays unless the best sample beats the first (the starting settings) by
    ``KEEP_START_MARGIN``. Where it does, the best and the start are timed again in turn
-   (``confirm``), and the one whose fresh samples score higher is kept. Every rank
-   switches to it; it is logged last and remembered.
+   (``confirm``), and the best is kept only if its fresh samples beat the start's by the
+   margin too. Every rank switches to the one kept; it is logged last and remembered.
 
 A job whose allreduces never repeat a name has no steps to time: after
 ``GIVE_UP_RESPONSES`` allreduces without one, the tuner warns, and the job keeps (or goes
@@ -33,7 +33,8 @@ from ringtrain.engine.tuning.memory import TuningMemory, job_key
 from ringtrain.engine.tuning.steps import StepClock, signature
 
 GIVE_UP_RESPONSES = 10_000
-# The best sample must beat the first (the starting settings) by this much to be taken:
+# The best sample must beat the first (the starting settings) by this much to be taken, in
+# the search and again in the confirmation:
 # settings that act alike differ here by 1-2% between samples, so a smaller win is noise,
 # and the start is what the job would have run. In ``bench autotune``, within one launch,
 # autotune that took a noisy win ran at 0.96-0.97 of the defaults at 2 hosts x 2 ranks.
@@ -152,7 +153,7 @@ class Tuner:
         first, first_score = self._first
         if best == first or best_score < first_score * (1 + KEEP_START_MARGIN):
             return self._finish(first, first_score)
-        self._confirmation = Confirmation(first, best)
+        self._confirmation = Confirmation(first, best, KEEP_START_MARGIN)
         return self._try(self._confirmation.next())
 
     def _confirmed(self, score):
