@@ -10,6 +10,7 @@ import pytest
 from mpi_launch import launch
 
 import ringtrain
+from ringtrain.bench import autotune
 from ringtrain.bench.__main__ import main as bench_main
 from ringtrain.runner.locate import find_mpirun
 
@@ -132,13 +133,20 @@ def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch(wor
     out = done.stdout
     # 1 warm-up sample and 3 searched, then 2 * 2 that may confirm the best; 2 steps each.
     assert "tuned within 25 steps" in out and "medians over 2 blocks" in out, out
-    labels = ["defaults", "autotune", "best fixed", "fusion 1 MiB, chunk", *peers]
-    assert all(f"  {label}" in out for label in labels), out
-    # The sweep's 8, the defaults, autotune, the best and any peer (MPI_Allreduce).
-    assert out.count(f" {unit}\n") == 8 + 3 + len(peers), out
-    ratios = ["autotune / best fixed setting: ", *(f"autotune / {peer}: " for peer in peers)]
+    labels = ["defaults", "autotune", "best fixed", autotune.HELD_OUT, "fusion 1 MiB, chunk"]
+    assert all(f"  {label}" in out for label in labels + peers), out
+    # The sweep's 8, the defaults, autotune, the best, the held-out pick and any peer.
+    assert out.count(f" {unit}\n") == 8 + 4 + len(peers), out
+    ratios = ["autotune / best fixed setting: ", f"autotune / {autotune.HELD_OUT}: "]
+    ratios += [f"autotune / {peer}: " for peer in peers]
     assert all(ratio in out for ratio in ratios), out
     assert "round 1/1: autotune chose fusion_threshold=" in out, out
+
+
+def test_the_sweeps_held_out_pick_in_a_block_is_chosen_on_the_other_blocks():
+    # "b" has one lucky block (2): it picks "b" for the other blocks, never for itself.
+    launched = {"a": [10.0, 10.0, 10.0], "b": [9.0, 9.0, 20.0], "c": [1.0, 1.0, 1.0]}
+    assert autotune.held_out_picks(launched, ["a", "b", "c"]) == ["b", "b", "a"]
 
 
 def test_compare_refuses_what_it_cannot_run_naming_it(tmp_path, capsys):

@@ -7,8 +7,12 @@ train step of ``--model`` at ``--np`` ranks, samples/s) or one allreduce of ``--
 bytes (``--workload allreduce``, calls/s, beside ``MPI_Allreduce``). Each round is one
 launch (``autotune_job``) that tunes, then times every setting in ``--blocks`` blocks within
 the launch: launches of one setting differ here by more than the settings do. It prints
-medians over every block of ratios taken within the block, the best fixed setting being the
-sweep point with the best median in its launch, and the settings that autotune chose.
+medians over every block of ratios taken within the block, and the settings that autotune
+chose. Two sweep points stand for the sweep: the best fixed setting, the one with the best
+median in its launch, and the sweep's pick, held out: in each block, the point with the best
+median over the launch's other blocks. The first is the luckiest of 8 and biased upwards by
+the very noise it wins on; the second times the point a sweep would pick on blocks that did
+not pick it (leave-one-out), so it is not.
 
 With ``--hosts H`` (root) the ranks run on H namespace test hosts (``ringtrain.bench.netns``),
 ``--slots`` ranks each, with every host's link capped at ``--rate`` both ways.
@@ -30,6 +34,7 @@ from ringtrain.engine.tuning import tuner
 
 PREFIX = "rttune"
 MPI_LABEL = "MPI_Allreduce"
+HELD_OUT = "sweep's pick, held out"
 
 # The sweep: fusion threshold x ring chunk x response cache (8 fixed settings).
 SWEEP = {
@@ -149,6 +154,12 @@ def _rounds(args, launch) -> int:
                 (best, "best fixed"),
             ):
                 pairs[f"{shown} / {MPI_LABEL}"] = (top, MPI_LABEL)
+        picks = held_out_picks(launched, sweep) if args.blocks > 1 else []
+        for block, pick in enumerate(picks):
+            rates.setdefault(HELD_OUT, []).append(launched[pick][block])
+            ratios.setdefault(f"autotune / {HELD_OUT}", []).append(
+                launched["autotune"][block] / launched[pick][block]
+            )
         for block in range(args.blocks):
             for name, (top, bottom) in pairs.items():
                 ratios.setdefault(name, []).append(launched[top][block] / launched[bottom][block])
@@ -156,6 +167,18 @@ def _rounds(args, launch) -> int:
         print(f"round {number}/{args.rounds}: autotune chose {chosen}; best fixed: {best}")
     _print(args, rates, ratios)
     return 0
+
+
+def held_out_picks(launched: dict[str, list[float]], sweep: list[str]) -> list[str]:
+    """Return, for each block, the sweep point with the best median over the other blocks."""
+    blocks = len(launched[sweep[0]])
+    return [
+        max(
+            sweep,
+            key=lambda label: np.median(launched[label][:block] + launched[label][block + 1 :]),
+        )
+        for block in range(blocks)
+    ]
 
 
 def _print(args, rates, ratios) -> None:
