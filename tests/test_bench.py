@@ -133,11 +133,12 @@ def test_autotune_benchmark_tunes_then_times_every_setting_within_one_launch(wor
     out = done.stdout
     # 1 warm-up sample and 3 searched, then 2 * 2 that may confirm the best; 2 steps each.
     assert "tuned within 25 steps" in out and "medians over 2 blocks" in out, out
-    labels = ["defaults", "autotune", "best fixed", autotune.HELD_OUT, "fusion 1 MiB, chunk"]
-    assert all(f"  {label}" in out for label in labels + peers), out
-    # The sweep's 8, the defaults, autotune, the best, the held-out pick and any peer.
-    assert out.count(f" {unit}\n") == 8 + 4 + len(peers), out
+    labels = ["defaults", "autotune", autotune.DEFAULTS_AGAIN, "best fixed", autotune.HELD_OUT]
+    assert all(f"  {label}" in out for label in labels + ["fusion 1 MiB, chunk"] + peers), out
+    # The sweep's 8, the defaults twice, autotune, the best, the held-out pick and any peer.
+    assert out.count(f" {unit}\n") == 8 + 5 + len(peers), out
     ratios = ["autotune / best fixed setting: ", f"autotune / {autotune.HELD_OUT}: "]
+    ratios.append(f"{autotune.DEFAULTS_AGAIN} / defaults: ")
     ratios += [f"autotune / {peer}: " for peer in peers]
     assert all(ratio in out for ratio in ratios), out
     assert "round 1/1: autotune chose fusion_threshold=" in out, out

@@ -12,7 +12,9 @@ chose. Two sweep points stand for the sweep: the best fixed setting, the one wit
 median in its launch, and the sweep's pick, held out: in each block, the point with the best
 median over the launch's other blocks. The first is the luckiest of 8 and biased upwards by
 the very noise it wins on; the second times the point a sweep would pick on blocks that did
-not pick it (leave-one-out), so it is not.
+not pick it (leave-one-out), so it is not. The defaults are timed twice, under two labels,
+and the ratio of the two shows how far apart one setting's two labels land in the run: the
+spread within which autotune, where it keeps the defaults, may land above or below them.
 
 With ``--hosts H`` (root) the ranks run on H namespace test hosts (``ringtrain.bench.netns``),
 ``--slots`` ranks each, with every host's link capped at ``--rate`` both ways.
@@ -35,6 +37,7 @@ from ringtrain.engine.tuning import tuner
 PREFIX = "rttune"
 MPI_LABEL = "MPI_Allreduce"
 HELD_OUT = "sweep's pick, held out"
+DEFAULTS_AGAIN = "defaults, timed again"
 
 # The sweep: fusion threshold x ring chunk x response cache (8 fixed settings).
 SWEEP = {
@@ -147,6 +150,7 @@ def _rounds(args, launch) -> int:
             rates.setdefault(label, []).extend(values)
         pairs = {"autotune / best fixed setting": ("autotune", best)}
         pairs["autotune / defaults"] = ("autotune", "defaults")
+        pairs[f"{DEFAULTS_AGAIN} / defaults"] = (DEFAULTS_AGAIN, "defaults")
         if MPI_LABEL in launched:
             for top, shown in (
                 ("autotune", "autotune"),

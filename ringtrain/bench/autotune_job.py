@@ -5,12 +5,13 @@ ringtrain contender (``--workload train``: the custom train step of ``--model``,
 or one allreduce of ``--size`` bytes called again and again, each call a step (calls/s;
 read-only, as training's are). It runs ``--warmup`` steps, longer than tuning takes, then
 times, in ``--blocks`` blocks: the settings it started with (the defaults), those autotune
-chose, every fixed setting of the sweep (``autotune.sweep_values``), and, for the allreduce,
-``MPI_Allreduce`` of the same buffer. Every rank switches to each setting together
-(``Engine.switch_settings``), so launches that differ by more than the settings do (15% on
-a shared machine) no longer decide the comparison. The order turns by one each block, so
-that drift in the machine's speed falls on every setting alike. Rank 0 prints one result
-line: each setting's rate in each block, and the settings.
+chose, the defaults again under a second label, every fixed setting of the sweep
+(``autotune.sweep_values``), and, for the allreduce, ``MPI_Allreduce`` of the same buffer.
+Every rank switches to each setting together (``Engine.switch_settings``), so launches that
+differ by more than the settings do (15% on a shared machine) no longer decide the
+comparison. The order turns by one each block, so that drift in the machine's speed falls
+on every setting alike. Rank 0 prints one result line: each setting's rate in each block,
+and the settings.
 """
 
 import argparse
@@ -24,7 +25,7 @@ import ringtrain
 from ringtrain import runtime
 from ringtrain.bench import train
 from ringtrain.bench.allreduce import median_time
-from ringtrain.bench.autotune import MPI_LABEL, SWEEP, sweep_values
+from ringtrain.bench.autotune import DEFAULTS_AGAIN, MPI_LABEL, SWEEP, sweep_values
 
 
 def main(argv=None) -> int:
@@ -152,7 +153,12 @@ def _settings_to_time(tuner, warmup: int) -> dict | str:
             f"the sweep switches {', '.join(held)}, which this job does not tune (the user "
             "set them): unset them to run this benchmark"
         )
-    return {"defaults": tuner.start, "autotune": tuner.best, **sweep_values(tuner.start)}
+    return {
+        "defaults": tuner.start,
+        "autotune": tuner.best,
+        DEFAULTS_AGAIN: tuner.start,
+        **sweep_values(tuner.start),
+    }
 
 
 if __name__ == "__main__":
