@@ -24,7 +24,10 @@ The binding's side is small: it submits bucket k's arrays with ``Handover.submit
 when they are ready (TensorFlow from an op per bucket, JAX all at once from a host
 callback), or each part alone as it comes and the manifest last (PyTorch, from a gradient
 hook: ``submit_part``, ``submit_manifest``), and calls ``Handover.collect`` once per step.
-Beside it, this module passes on what else a binding needs of the engine, so that no binding
+Where the ranks to reduce over are this rank alone (``alone``), a binding's optimizer hands
+nothing over and keeps its gradients as they are, as Horovod's do: every reduction of one
+rank's tensor is that tensor. Beside it, this module passes on what else a binding needs of
+the engine, so that no binding
 reaches into ``ringtrain.api`` or the engine for a name they do not export: ``withdraw``,
 ``registered_process_set``, the names of unnamed calls (``unnamed_name``,
 ``unnamed_site_name``), and the ``bucket_bytes`` setting.
@@ -54,6 +57,7 @@ __all__ = [
     "SPARSE",
     "Handover",
     "Part",
+    "alone",
     "broadcaster",
     "bucket_bytes",
     "buckets",
@@ -91,6 +95,18 @@ class Bridge(Protocol):
         The function runs where the framework runs host code: eagerly, or from inside a
         compiled step.
         """
+
+
+def alone(process_set=None) -> bool:
+    """Return True where ``process_set`` (None: every rank) is this rank and no other.
+
+    An optimizer or tape then exchanges nothing: the reduction of one rank's gradient is the
+    gradient, whatever the op (Horovod's ``_allreduce_cond``). A compiled step asks once, when
+    it is traced; the answer holds, since a job keeps its size for the life of its processes
+    (an elastic job is relaunched).
+    """
+    ranks = resolve(process_set)
+    return ranks.size() == 1 and bool(ranks.included())
 
 
 def bucket_bytes() -> int:

@@ -181,12 +181,7 @@ def _measure_round(args, model):
     independent = launch(at_once(args, "alone", model), args.timeout)
     rt_cmd = worker_command(args, "ringtrain", model)
     ringtrain = launch([_runner(n, rt_cmd)], args.timeout)[0]
-    folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
-    try:
-        timeline = os.path.join(folder, "timeline-{rank}.json")
-        traced = launch([_runner(n, [*rt_cmd, "--timeline", timeline])], args.timeout)[0]
-    finally:
-        shutil.rmtree(folder)
+    hidden = hidden_at(n, rt_cmd, args.timeout)
     packed = launch([_runner(n, worker_command(args, "packed", model))], args.timeout)[0]
     mwms = launch(at_once(args, "mwms", model), args.timeout, _mwms_env(n))[0]
     # Each contender: the processes that reported for it, and the figure it takes of them.
@@ -206,7 +201,7 @@ def _measure_round(args, model):
             name: "one process, model.fit" if key == "fit_samples_per_sec" else "one process"
             for name, (_, key) in reports.items()
         },
-        "hidden": {f"ringtrain -np {n}": traced["hidden_fraction"]},
+        "hidden": hidden,
         # As every reporting process ran with it (0: TensorFlow's default).
         "threads": {r["inter_op_threads"] for r in (alone, *independent, ringtrain, packed, mwms)},
         "cpus": {name: {r["cpus"] for r in found} for name, (found, _) in reports.items()},
@@ -273,6 +268,23 @@ def worker_command(args, worker, model):
 
 def _runner(n, command):
     return [sys.executable, "-m", "ringtrain.runner", "-np", str(n), *command]
+
+
+def hidden_at(n, command, timeout, env=None) -> dict:
+    """Return ringtrain's hidden fraction at -np ``n``, from a run of ``command`` with a timeline.
+
+    As {contender: fraction}; empty at one rank, whose optimizer exchanges nothing.
+    """
+    if n == 1:
+        return {}
+    folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
+    try:
+        timeline = os.path.join(folder, "timeline-{rank}.json")
+        traced_command = _runner(n, [*command, "--timeline", timeline])
+        traced = launch([traced_command], timeout, None if env is None else [env])[0]
+    finally:
+        shutil.rmtree(folder)
+    return {f"ringtrain -np {n}": traced["hidden_fraction"]}
 
 
 def at_once(args, worker, model):

@@ -16,10 +16,8 @@ round: against one process, and against DataParallel where it runs.
 
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -29,6 +27,7 @@ from ringtrain.bench.train import (
     _MARK,
     _model_and_data,
     _runner,
+    hidden_at,
     launch,
     measure_rounds,
     write_json,
@@ -68,13 +67,7 @@ def _measure_round(args, model):
     )
     ringtrain_command = worker_command(args, "ringtrain", model)
     ringtrain = launch([_runner(n, ringtrain_command)], args.timeout, [env])[0]
-    folder = tempfile.mkdtemp(prefix="ringtrain-bench-")
-    try:
-        timeline = os.path.join(folder, "timeline-{rank}.json")
-        traced_command = _runner(n, [*ringtrain_command, "--timeline", timeline])
-        traced = launch([traced_command], args.timeout, [env])
-    finally:
-        shutil.rmtree(folder)
+    hidden = hidden_at(n, ringtrain_command, args.timeout, env)
     rates = {
         "one process": alone["samples_per_sec"],
         f"{n} independent processes": sum(r["samples_per_sec"] for r in independent),
@@ -84,7 +77,7 @@ def _measure_round(args, model):
         devices = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", **env}
         parallel = launch([worker_command(args, "dataparallel", model)], args.timeout, [devices])
         rates[f"keras DataParallel, {n} devices"] = parallel[0]["samples_per_sec"]
-    return {"rates": rates, "hidden": {f"ringtrain -np {n}": traced[0]["hidden_fraction"]}}
+    return {"rates": rates, "hidden": hidden}
 
 
 def summarize(model, rounds):

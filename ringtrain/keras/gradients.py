@@ -11,6 +11,7 @@ from ringtrain.exchange import (
     NO_TENSOR,
     Handover,
     Part,
+    alone,
     bucket_bytes,
     predivide_factor,
     reducer,
@@ -45,6 +46,8 @@ class GradientExchange:
         ``submitted``: entry -> the handle of its gradient, where a backprop hook submitted
         it already (``backprop.BackpropSubmissions``).
         """
+        if alone(self.process_set):  # nothing to exchange, as in Horovod
+            return list(grads)
         labels = [variable_label(v, i) for i, v in enumerate(variables)]
         present = [i for i, g in enumerate(grads) if g is not None]
 

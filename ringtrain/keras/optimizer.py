@@ -11,7 +11,7 @@ import warnings
 
 import keras
 
-from ringtrain.exchange import registered_process_set
+from ringtrain.exchange import alone, registered_process_set
 from ringtrain.keras.backprop import BackpropSubmissions
 from ringtrain.keras.bridges import backend
 from ringtrain.keras.gradients import GradientExchange
@@ -75,8 +75,9 @@ class _Distributed:
     def build(self, variables):
         """Create the optimizer's variables; on PyTorch, hook each one's gradient (``backprop``)."""
         super().build(variables)
-        if self._rt_in_backprop and backend() == "torch" and self._rt_backprop is None:
-            exchange = self._rt_exchange
+        exchange = self._rt_exchange
+        hooked = self._rt_in_backprop and backend() == "torch" and not alone(exchange.process_set)
+        if hooked and self._rt_backprop is None:
             self._rt_backprop = BackpropSubmissions(
                 variables, exchange.start, exchange.site(_SITE), exchange.process_set
             )

@@ -21,6 +21,7 @@ from ringtrain.exchange import (
     SPARSE,
     Handover,
     Part,
+    alone,
     broadcaster,
     bucket_bytes,
     gatherer,
@@ -102,13 +103,9 @@ def _dense_plan(grad, op, compression, prescale, postscale, shared, process_set)
 def _sparse_plan(grad, op, compression, process_set):
     values = tf.convert_to_tensor(grad.values)
     indices = tf.convert_to_tensor(grad.indices)
+    _check_sparse_op(op)
     if op == Average:
         values = values / tf.cast(resolve(process_set).size(), values.dtype)
-    elif op != Sum:
-        raise NotImplementedError(
-            f"tf.IndexedSlices are exchanged by allgather, which supports op Sum or Average "
-            f"only, not {op.name}; pass sparse_as_dense=True to reduce them densely"
-        )
     outside = around_reduction(compression)
     wire, ctx = outside.compress(values)
     parts = [
@@ -132,6 +129,30 @@ def _sparse_plan(grad, op, compression, process_set):
         return tf.IndexedSlices(outside.decompress(results[0], ctx), results[1], grad.dense_shape)
 
     return _Plan(SPARSE, parts, finish)
+
+
+def _check_sparse_op(op):
+    if op not in (Average, Sum):
+        raise NotImplementedError(
+            f"tf.IndexedSlices are exchanged by allgather, which supports op Sum or Average "
+            f"only, not {op.name}; pass sparse_as_dense=True to reduce them densely"
+        )
+
+
+def _kept(grads, sparse_as_dense, op):
+    """Return ``grads`` as one rank's reduction of them leaves them (``exchange.alone``).
+
+    Dense ones as tensors, sparse ones as they are or dense with ``sparse_as_dense``; an op
+    that sparse ones do not support fails as it would on more ranks.
+    """
+    kept = []
+    for grad in grads:
+        if isinstance(grad, tf.IndexedSlices) and not sparse_as_dense:
+            _check_sparse_op(op)
+        elif grad is not None:
+            grad = tf.convert_to_tensor(grad)
+        kept.append(grad)
+    return kept
 
 
 @tf.autograph.experimental.do_not_convert
@@ -303,18 +324,22 @@ class GradientReduction:
                 f"{t} (local on this rank)" if k else t for t, k in zip(labels, local, strict=True)
             ]
         factor = self.gradient_predivide_factor
-        reduced = allreduce_gradients(
-            [None if k else g for g, k in zip(grads, local, strict=True)],
-            labels,
-            site_name(base, self.process_set),
-            op=self.op,
-            compression=self.compression,
-            sparse_as_dense=self.sparse_as_dense,
-            prescale=1.0 / factor,
-            postscale=factor,
-            shared=self.shared_results,
-            process_set=self.process_set,
-        )
+        exchanged = [None if k else g for g, k in zip(grads, local, strict=True)]
+        if alone(self.process_set):  # nothing to exchange, as in Horovod
+            reduced = _kept(exchanged, self.sparse_as_dense, self.op)
+        else:
+            reduced = allreduce_gradients(
+                exchanged,
+                labels,
+                site_name(base, self.process_set),
+                op=self.op,
+                compression=self.compression,
+                sparse_as_dense=self.sparse_as_dense,
+                prescale=1.0 / factor,
+                postscale=factor,
+                shared=self.shared_results,
+                process_set=self.process_set,
+            )
         size = resolve(self.process_set).size()
         gradient = self.local_sources.gradient
         return [

@@ -6,11 +6,14 @@ those of one model trained in this process for one step on every rank's batch to
 from root rank 0's initial weights. The metrics that ``MetricAverageCallback`` averages must
 equal NumPy's mean of every rank's own, ``LearningRateWarmupCallback`` must set the rate
 that each batch's step sees, and ranks that hand over different gradients fail at once
-with an error that names the variable.
+with an error that names the variable. A job of one rank hands no gradient over at all, as
+Horovod's optimizers do; a larger one hands over every one (the timeline shows which).
 """
 
+import json
 import os
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -78,6 +81,23 @@ def one_step(optimizer_class, rank, size):
         xq, yq = batch_of(q)
         losses.append(np.mean((start.predict(xq, verbose=0) - yq) ** 2))
     assert np.isclose(history.history["loss"][0], np.mean(losses), rtol=1e-5), history.history
+
+
+def hands_over_only_beside_other_ranks(rank, size):
+    """Check that the optimizer hands gradients over at 2 ranks or more, never at 1 (Horovod)."""
+    model = model_for(seed=0)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    path = os.path.join(tempfile.mkdtemp(), "timeline-{rank}.json")
+    hvd.start_timeline(path)
+    model.fit(*batch_of(rank), batch_size=BATCH, epochs=1, verbose=0)
+    hvd.stop_timeline()
+    with open(path.format(rank=rank)) as file:
+        tracks = [e["args"]["name"] for e in json.load(file) if e["ph"] == "M"]
+    handed = [t for t in tracks if t.startswith("DistributedOptimizer")]
+    if size > 1:  # every gradient, and the step's manifest
+        assert len(handed) > len(model.trainable_variables), tracks
+    else:
+        assert not handed, tracks
 
 
 def warmup_sets_the_rate_each_batch(rank, size):
@@ -153,10 +173,11 @@ def main():
     for optimizer_class in (keras.optimizers.SGD, keras.optimizers.Adam):
         one_step(optimizer_class, rank, size)
     warmup_sets_the_rate_each_batch(rank, size)
-    if size > 1:
+    hands_over_only_beside_other_ranks(rank, size)
+    if size > 1:  # one rank hands nothing over: its gradients accumulate as PyTorch's do
         disagreeing_gradients(rank, size)
-    if keras.backend.backend() == "torch":
-        a_second_backward_before_apply_is_refused(rank)
+        if keras.backend.backend() == "torch":
+            a_second_backward_before_apply_is_refused(rank)
     if keras.backend.backend() != "tensorflow":
         # (keras.utils.set_random_seed imports TensorFlow where it is installed.)
         assert "ringtrain.tensorflow" not in sys.modules, "ringtrain imported its TF binding"

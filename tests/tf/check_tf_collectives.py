@@ -443,7 +443,8 @@ def check_step_time_python_is_not_autograph_converted():
 def check_gradients_go_in_buckets():
     # 1 MiB buckets (as body() sets): the first layer's 512 -> 512 kernel is 1 MiB and goes
     # alone; the seven smaller gradients after it in backprop order (the last layer's
-    # first) share one run. Two enqueue ops, not eight.
+    # first) share one run. Two enqueue ops, not eight; none in a job of one rank, which
+    # exchanges nothing (as Horovod's tape).
     assert ringtrain.api.active_settings().bucket_bytes == 1024 * 1024
     keras.utils.set_random_seed(2)
     layers = [keras.layers.Dense(512), *(keras.layers.Dense(64) for _ in range(3))]
@@ -463,7 +464,7 @@ def check_gradients_go_in_buckets():
 
     graph = reduced.get_concrete_function(tf.constant(xs[r])).graph
     enqueues = [op for op in graph.get_operations() if op.name.startswith("rt_enqueue")]
-    assert len(enqueues) == 2, [op.name for op in enqueues]
+    assert len(enqueues) == (2 if n > 1 else 0), [op.name for op in enqueues]
     everyone_grads = []
     for x in xs:
         tape, loss = local(x)

@@ -3,7 +3,8 @@
 Even and odd ranks form two sets. Every collective, its gradient, the tape and the
 optimizer run over this rank's set, with rank-distinct data, and are compared with NumPy's
 answer over that set's ranks only. Calls over the whole job interleave with them inside
-one tf.function, where only the odd ranks reduce over their set first.
+one tf.function, where only the odd ranks reduce over their set first. Over a set of one
+rank (or a job of one), the tape and the optimizer hand nothing to the engine, as Horovod's.
 """
 
 import numpy as np
@@ -174,6 +175,39 @@ def check_optimizer(sets, mine, r):
             close(v.numpy(), want, f"optimizer variable {i} (loss scale {wrap_loss_scale})")
 
 
+def hand_over_ops(step, *args):
+    """Return how many ops of ``step``'s graph, its branches' included, call into ringtrain."""
+    graph = tf.function(step).get_concrete_function(*args).graph.as_graph_def()
+    nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
+    return sum(node.op in ("PyFunc", "EagerPyFunc") for node in nodes)
+
+
+def check_alone(mine, n):
+    """Check that the tape and the optimizer exchange nothing over one rank, but do over more."""
+    model = mlp(11)
+    variables = model.trainable_variables
+    x, y = batch(hvd.rank(), 40)
+    for process_set, ranks in ((None, n), (mine, len(mine.ranks))):
+        inner = hk.DistributedOptimizer(keras.optimizers.SGD(0.1), process_set=process_set)
+        optimizer = keras.optimizers.LossScaleOptimizer(inner)  # its finite check agrees too
+        optimizer.build(variables)
+
+        def taped(x, y, process_set=process_set):
+            with tf.GradientTape() as tape:
+                loss = sum_loss(model, x, y)
+            tape = hvd.DistributedGradientTape(tape, process_set=process_set)
+            return tape.gradient(loss, variables)
+
+        def applied(x, y, optimizer=optimizer):
+            with tf.GradientTape() as tape:
+                loss = sum_loss(model, x, y)
+            optimizer.apply(tape.gradient(loss, variables), variables)
+
+        for step in (taped, applied):
+            found = hand_over_ops(step, x, y)
+            assert (found == 0) == (ranks == 1), f"{step.__name__} over {ranks}: {found} ops"
+
+
 def body():
     from mpi4py import MPI
 
@@ -191,6 +225,7 @@ def body():
         lambda: check_tape(mine, r),
         lambda: check_interleaved(sets, mine, r, n),
         lambda: check_optimizer(sets, mine, r),
+        lambda: check_alone(mine, n),
     ):
         check()
     try:

@@ -9,6 +9,7 @@ schedules, clipping, weight decay, EMA and loss scaling keep their meaning.
 import keras
 import tensorflow as tf
 
+from ringtrain.exchange import alone
 from ringtrain.keras.optimizer import (
     DistributedClasses,
     config_to_wrap,
@@ -75,8 +76,10 @@ class _Distributed:
         """
         super().build(variables)
         outer = compat.wrapping_loss_scale_optimizer(self)
-        if outer is not None and not hasattr(outer.check_finite, "ringtrain_agreeing"):
-            outer.check_finite = _agreeing(outer.check_finite, self._rt_reduction.process_set)
+        process_set = self._rt_reduction.process_set
+        agreed = outer is None or hasattr(outer.check_finite, "ringtrain_agreeing")
+        if not agreed and not alone(process_set):  # alone: this rank's check is the answer
+            outer.check_finite = _agreeing(outer.check_finite, process_set)
         if self._rt_passes > 1:
             self._rt_accumulators = [
                 self.add_variable_from_reference(v, name="ringtrain_accumulator") for v in variables
