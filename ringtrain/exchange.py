@@ -26,8 +26,9 @@ callback), or each part alone as it comes and the manifest last (PyTorch, from a
 hook: ``submit_part``, ``submit_manifest``), and calls ``Handover.collect`` once per step.
 Where the ranks to reduce over are this rank alone (``alone``), a binding's optimizer hands
 nothing over and keeps its gradients as they are, as Horovod's do: every reduction of one
-rank's tensor is that tensor. Beside it, this module passes on what else a binding needs of
-the engine, so that no binding
+rank's tensor is that tensor.
+
+Beside it, this module passes on what else a binding needs of the engine, so that no binding
 reaches into ``ringtrain.api`` or the engine for a name they do not export: ``withdraw``,
 ``registered_process_set``, the names of unnamed calls (``unnamed_name``,
 ``unnamed_site_name``), and the ``bucket_bytes`` setting.
