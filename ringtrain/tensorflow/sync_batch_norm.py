@@ -4,12 +4,14 @@ In training, each rank takes, per channel, its batch's element count, mean and s
 deviations; one allreduce (float64, differentiable) adds up what those give, and the mean and
 variance of all ranks' batches together follow. So every rank normalizes with the same
 statistics, whatever the size of each batch (an empty one included), and the moving averages
-move alike on every rank. Outside training the layer is Keras's own ``BatchNormalization``.
+move alike on every rank. Outside training, and in a job of one rank (as Horovod's), the layer
+is Keras's own ``BatchNormalization``.
 """
 
 import keras
 import tensorflow as tf
 
+from ringtrain.exchange import alone
 from ringtrain.ops import Sum
 from ringtrain.tensorflow.collectives import allreduce
 
@@ -34,7 +36,7 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
 
     def call(self, inputs, training=None, mask=None):
         """Normalize ``inputs`` (with all ranks' batch statistics when training)."""
-        if not (training and self.trainable):
+        if not (training and self.trainable) or alone():  # alone: this batch is every batch
             return super().call(inputs, training=training, mask=mask)
         wide = tf.float64 if inputs.dtype == tf.float64 else tf.float32
         x = tf.cast(inputs, wide)

@@ -9,7 +9,7 @@ rank (or a job of one), the tape and the optimizer hand nothing to the engine, a
 
 import numpy as np
 from common import main
-from tfsetup import FEATURES, OUTPUTS, configure, mlp, own_gradients, sum_loss
+from tfsetup import FEATURES, OUTPUTS, configure, hand_over_ops, mlp, own_gradients, sum_loss
 
 configure()
 
@@ -173,13 +173,6 @@ def check_optimizer(sets, mine, r):
         for i, v in enumerate(model.trainable_variables):
             want = start[i] - 0.1 * np.mean([p[i] for p in per_rank], axis=0)
             close(v.numpy(), want, f"optimizer variable {i} (loss scale {wrap_loss_scale})")
-
-
-def hand_over_ops(step, *args):
-    """Return how many ops of ``step``'s graph, its branches' included, call into ringtrain."""
-    graph = tf.function(step).get_concrete_function(*args).graph.as_graph_def()
-    nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
-    return sum(node.op in ("PyFunc", "EagerPyFunc") for node in nodes)
 
 
 def check_alone(mine, n):

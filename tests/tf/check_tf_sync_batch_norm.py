@@ -4,7 +4,7 @@ Each rank normalizes its own batch (4, 1, 0 and 6 rows on ranks 0-3), so the che
 batches of 0, 1 and uneven sizes. Outputs, moving statistics and gradients are compared
 with NumPy's batch normalization over every rank's rows together; model.fit with
 DistributedOptimizer is compared with one process training Keras's BatchNormalization on
-the ranks' batches joined.
+the ranks' batches joined. A job of one rank exchanges nothing: the layer is Keras's there.
 """
 
 import os
@@ -12,7 +12,15 @@ import tempfile
 
 import numpy as np
 from common import main, same_bits_everywhere
-from tfsetup import FEATURES, OUTPUTS, assert_weights_close, configure, dataset, shard_rows
+from tfsetup import (
+    FEATURES,
+    OUTPUTS,
+    assert_weights_close,
+    configure,
+    dataset,
+    hand_over_ops,
+    shard_rows,
+)
 
 configure()
 
@@ -211,6 +219,12 @@ def check_fit_matches_one_process():
     assert_weights_close([v.numpy() for v in loaded.weights], got, "loaded")
 
 
+def check_one_rank_exchanges_nothing():
+    layer = hvd.SyncBatchNormalization(name="counted")
+    found = hand_over_ops(lambda x: layer(x, training=True), tf.ones([2, 3]))
+    assert (found == 0) == (hvd.size() == 1), f"{found} ops call into ringtrain"
+
+
 def check_errors():
     try:
         hvd.SyncBatchNormalization(renorm=True)
@@ -238,6 +252,7 @@ def body():
         check_outputs_statistics_and_gradients,
         check_mixed_precision,
         check_fit_matches_one_process,
+        check_one_rank_exchanges_nothing,
         check_errors,
     ):
         check()

@@ -21,6 +21,13 @@ def configure(argv=None):
     return args
 
 
+def hand_over_ops(step, *args):
+    """Return how many ops of ``step``'s graph, its branches' included, call into ringtrain."""
+    graph = tf.function(step).get_concrete_function(*args).graph.as_graph_def()
+    nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
+    return sum(node.op in ("PyFunc", "EagerPyFunc") for node in nodes)
+
+
 def mlp(seed, width=16):
     """Return a small MLP whose initial weights depend only on ``seed``."""
     import keras
