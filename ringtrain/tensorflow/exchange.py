@@ -323,11 +323,11 @@ class GradientReduction:
             labels = [
                 f"{t} (local on this rank)" if k else t for t, k in zip(labels, local, strict=True)
             ]
-        factor = self.gradient_predivide_factor
         exchanged = [None if k else g for g, k in zip(grads, local, strict=True)]
         if alone(self.process_set):  # nothing to exchange, as in Horovod
             reduced = _kept(exchanged, self.sparse_as_dense, self.op)
         else:
+            factor = self.gradient_predivide_factor
             reduced = allreduce_gradients(
                 exchanged,
                 labels,

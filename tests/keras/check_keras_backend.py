@@ -87,12 +87,13 @@ def hands_over_only_beside_other_ranks(rank, size):
     """Check that the optimizer hands gradients over at 2 ranks or more, never at 1 (Horovod)."""
     model = model_for(seed=0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
-    path = os.path.join(tempfile.mkdtemp(), "timeline-{rank}.json")
-    hvd.start_timeline(path)
-    model.fit(*batch_of(rank), batch_size=BATCH, epochs=1, verbose=0)
-    hvd.stop_timeline()
-    with open(path.format(rank=rank)) as file:
-        tracks = [e["args"]["name"] for e in json.load(file) if e["ph"] == "M"]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "timeline-{rank}.json")
+        hvd.start_timeline(path)
+        model.fit(*batch_of(rank), batch_size=BATCH, epochs=1, verbose=0)
+        hvd.stop_timeline()
+        with open(path.format(rank=rank)) as file:
+            tracks = [e["args"]["name"] for e in json.load(file) if e["ph"] == "M"]
     handed = [t for t in tracks if t.startswith("DistributedOptimizer")]
     if size > 1:  # every gradient, and the step's manifest
         assert len(handed) > len(model.trainable_variables), tracks
