@@ -2,7 +2,8 @@
 
 Arguments: ``MODE VICTIM``. ``stop``: rank VICTIM freezes before it submits step 3;
 ``stop-mid``: a timer freezes it 20 ms into step 3's allreduce (4 MiB); ``stop-shutdown``:
-it freezes after step 3, and the others shut down. Each rank first prints its process id,
+it freezes after step 3, and the others shut down once they see it stopped (rank 0's engine
+would otherwise answer their shutdown before it freezes). Each rank first prints its process id,
 so that the test can check that none is left running, and each checks every result it gets
 against NumPy. Each says so when its own call raises. Run with a short
 RINGTRAIN_COLLECTIVE_TIMEOUT.
@@ -22,7 +23,19 @@ mode, victim = sys.argv[1], int(sys.argv[2])
 ringtrain.init()
 r, n = ringtrain.rank(), ringtrain.size()
 print(f"rank {r} pid {os.getpid()}", flush=True)
+pids = ringtrain.allgather(np.array([os.getpid()]), name="pids")
 pattern = (np.arange((1 << 20) + n) % 5).astype(np.float32)  # uneven: segments differ
+
+
+def wait_until_stopped(pid, bound=30.0):
+    """Return once process ``pid`` (on this host) is stopped; fail after ``bound`` seconds."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"rank {r}: process {pid} of rank {victim} did not stop in {bound} s")
 
 
 def steps():
@@ -43,6 +56,8 @@ def steps():
             if r == victim:
                 print(f"rank {r}: {mode} at {time.time():.3f}", flush=True)
                 os.kill(os.getpid(), signal.SIGSTOP)
+            else:
+                wait_until_stopped(int(pids[victim]))
             ringtrain.shutdown()
             return
 
