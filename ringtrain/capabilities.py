@@ -37,7 +37,7 @@ def gloo_enabled() -> bool:
 
 
 def nccl_built() -> bool:
-    """Return False: GPU tensors are staged through host memory, not reduced by NCCL."""
+    """Return False: GPU tensors go through host memory or a CUDA-aware MPI, never NCCL."""
     return False
 
 

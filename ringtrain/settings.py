@@ -55,6 +55,10 @@ class Settings:
     # file within a 64 MiB /dev/shm up to 5 ranks per host.
     shared_result_bytes: int = 16 * 1024 * 1024
     hierarchical_allreduce: bool | None = None  # None: on when the job spans several hosts
+    # Reductions of GPU arrays hand their device buffers to MPI itself, which must then be
+    # CUDA-aware; off, they are staged through host memory. None: ask Open MPI at init()
+    # (``transport.device_mpi``); every rank must say yes.
+    cuda_aware_mpi: bool | None = None
     # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
     # gradients smaller than this, in backprop order, share one TensorFlow op until they
     # hold this many bytes; a larger one has an op of its own; 0 gives every gradient its
@@ -136,6 +140,7 @@ _FIELDS = {
     "shared_memory_bytes": ("SHARED_MEMORY_BYTES", _parse_number(int, 0)),
     "shared_result_bytes": ("SHARED_RESULT_BYTES", _parse_number(int, 0)),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
+    "cuda_aware_mpi": ("CUDA_AWARE_MPI", _parse_bool),
     "bucket_bytes": ("BUCKET_BYTES", _parse_number(int, 0)),
     "bind_cores": ("BIND_CORES", _parse_bool),
     "autotune": ("AUTOTUNE", _parse_bool),

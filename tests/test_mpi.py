@@ -231,6 +231,14 @@ def test_device_arrays_through_the_engine_in_the_cuda_simulator(np):
     check("check_device_arrays.py", np, env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=180)
 
 
+@pytest.mark.parametrize("np", [2, 3, 4])
+def test_device_arrays_go_to_mpi_itself_where_it_takes_device_memory(np):
+    # The simulator's device memory is host memory, which any MPI takes: this checks the
+    # route (ops, scaling, the compressed calls still staged), not MPI's CUDA support.
+    env = {"NUMBA_ENABLE_CUDASIM": "1", "RINGTRAIN_CUDA_AWARE_MPI": "1"}
+    check("check_device_arrays.py", np, env=env, timeout=180)
+
+
 # One rank (the local route) and three (uneven splits): the way back is the same at every
 # size, and each run starts PyTorch and JAX on every rank (20-30 s in the suite).
 @pytest.mark.parametrize("np", [1, 3])

@@ -22,6 +22,9 @@ def test_environment_then_keywords_win():
     assert s.cycle_time_ms == 2.5 and s.fusion_threshold == 0
     assert settings.read({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "Yes"}).hierarchical_allreduce
     assert settings.read({"RINGTRAIN_BIND_CORES": "off"}).bind_cores is False
+    assert settings.read({}).cuda_aware_mpi is None  # ask MPI
+    assert settings.read({"RINGTRAIN_CUDA_AWARE_MPI": "1"}).cuda_aware_mpi is True
+    assert settings.read({"RINGTRAIN_CUDA_AWARE_MPI": "off"}).cuda_aware_mpi is False
     assert settings.read({"RINGTRAIN_BIND_CORES": "0"}, bind_cores=True).bind_cores is True
 
 
@@ -37,6 +40,7 @@ def test_environment_then_keywords_win():
         ({"RINGTRAIN_FUSION_THRESHOLD": "-1"}, "expected a number >= 0"),
         ({"RINGTRAIN_STALL_CHECK_SECONDS": "nan"}, "expected a finite number"),
         ({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "maybe"}, "expected one of 1/0, true/false"),
+        ({"RINGTRAIN_CUDA_AWARE_MPI": "cuda"}, "'cuda' for RINGTRAIN_CUDA_AWARE_MPI: expected one"),
         ({"RINGTRAIN_SHARED_MEMORY_BYTES": "-5"}, "SHARED_MEMORY_BYTES: expected a number >= 0"),
         ({"RINGTRAIN_SHARED_RESULT_BYTES": "lots"}, "SHARED_RESULT_BYTES: expected an integer"),
         ({"RINGTRAIN_BUCKET_BYTES": "-1"}, "BUCKET_BYTES: expected a number >= 0"),

@@ -125,6 +125,17 @@ def test_device_memory_is_staged_through_the_host_unless_nothing_crosses():
     assert choose(Collective.ALLREDUCE, 8, False, ONE_HOST, True, True) is Route.STAGED
 
 
+def test_device_allreduces_go_to_mpi_itself_where_every_rank_says_it_takes_device_memory():
+    for capabilities in (Capabilities(size=2), Capabilities(size=4, hierarchical=True)):
+        direct = Capabilities(**{**capabilities.__dict__, "device_mpi": True})
+        assert choose(_ALLREDUCE, 8, False, direct, device=True) is Route.DEVICE
+        # A compressed call narrows on the host, and a reduce-scatter is the ring's.
+        assert choose(_ALLREDUCE, 8, False, direct, True, True) is Route.STAGED
+        assert choose(Collective.REDUCE_SCATTER, 8, False, direct, device=True) is Route.STAGED
+        assert choose(_ALLREDUCE, 0, False, direct, device=True) is Route.LOCAL
+        assert choose(_ALLREDUCE, 8, True, direct) is choose(_ALLREDUCE, 8, True, capabilities)
+
+
 @pytest.mark.parametrize(
     "collective",
     [Collective.ALLGATHER, Collective.BROADCAST, Collective.ALLTOALL, Collective.ADASUM],
@@ -143,6 +154,7 @@ _CARRIERS = {
     Route.ATTACH: routes.AttachRoute,
     Route.HIERARCHICAL: routes.HierarchicalRoute,
     Route.STAGED: routes.StagedRoute,
+    Route.DEVICE: routes.DeviceRoute,
 }
 
 
@@ -154,6 +166,7 @@ def test_every_route_the_rule_picks_declares_that_collective_and_that_memory():
         Capabilities(size=2, shared_bytes=4 * MiB),
         Capabilities(size=4, hierarchical=True, across_hosts=True),
         Capabilities(size=4, across_hosts=True),
+        Capabilities(size=2, device_mpi=True),
     ]
     picked = set()
     for capabilities, collective, nbytes, host, compressed, device in itertools.product(

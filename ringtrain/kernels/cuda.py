@@ -177,6 +177,11 @@ def to_host(device_array, host_array):
     _bits(_device_array(device_array)).copy_to_host(_bits(host_array))
 
 
+def finish_queued():
+    """Wait for every kernel queued on the GPU: before a library reads its memory off the stream."""
+    cuda.synchronize()
+
+
 def to_device(host_array, device_array):
     """Copy the NumPy array ``host_array`` into ``device_array``."""
     _bits(_device_array(device_array)).copy_to_device(_bits(host_array))

@@ -41,7 +41,10 @@ Measured (docs/benchmarks.md), the rules are:
   times the result against a blocking ``MPI_Allgather`` (docs/benchmarks.md).
 - Reductions of arrays in GPU memory cross to the host once and back once (``STAGED``),
   and between those copies the host's route, by the rules above, carries the host copy.
-  Other collectives take host memory only.
+  Where every rank's MPI is CUDA-aware (``device_mpi``), an allreduce that sends float32 on
+  the wire goes to MPI on the device memory itself instead (``DEVICE``); a compressed one
+  and a reduce-scatter are still staged, since their kernels run on the host. Not yet
+  measured on a GPU. Other collectives take host memory only.
 - Everything else, and broadcast, alltoall and Adasum always: MPI messages.
 """
 
@@ -74,6 +77,7 @@ class Route(enum.Enum):
     ATTACH = "attach"  # ringtrain.transport.attach
     HIERARCHICAL = "hierarchical"  # ringtrain.transport.hierarchical
     STAGED = "staged"  # device memory through a host copy (ringtrain.transport.routes)
+    DEVICE = "device"  # device memory straight to a CUDA-aware MPI (ringtrain.transport.routes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Capabilities:
     ``core_each``: every rank of the host has a core of its own.
     ``hierarchical``: allreduce splits by host.
     ``across_hosts``: the ranks run on more than one host.
+    ``device_mpi``: every rank's MPI takes GPU memory (``transport.device_mpi``).
     """
 
     size: int
@@ -93,6 +98,7 @@ class Capabilities:
     core_each: bool = False
     hierarchical: bool = False
     across_hosts: bool = False
+    device_mpi: bool = False
 
 
 def hierarchical_wanted(setting: bool | None, host_count: int, most_per_host: int) -> bool:
@@ -138,7 +144,8 @@ def choose(
     if capabilities.size == 1 or nbytes == 0:
         return Route.LOCAL
     if device:
-        return Route.STAGED
+        direct = capabilities.device_mpi and collective is Collective.ALLREDUCE and not compressed
+        return Route.DEVICE if direct else Route.STAGED
     if capabilities.hierarchical:
         return Route.HIERARCHICAL if collective is Collective.ALLREDUCE else Route.MESSAGES
     if compressed:

@@ -5,7 +5,7 @@ allgather, broadcast, alltoall, Adasum) over one private communicator. Each meth
 its call (``calls``), the pure rule ``ringtrain.transport.choice.choose`` picks its route
 once, and the route object (``routes``) carries it: MPI messages, the host's shared-memory
 ring, the ring that reads peers' memory in place, the hierarchical composition, or, for
-GPU memory, a copy through the host and back.
+GPU memory, a copy through the host and back, or MPI itself where it is CUDA-aware.
 """
 
 import dataclasses
@@ -28,12 +28,14 @@ from ringtrain.transport.choice import (
     choose,
     hierarchical_wanted,
 )
+from ringtrain.transport.device_mpi import takes_device_memory
 from ringtrain.transport.hierarchical import HierarchicalAllreduce
 from ringtrain.transport.link_chunk import LinkChunkChoice
 from ringtrain.transport.messages import MessageTransport
 from ringtrain.transport.progress import Waiter
 from ringtrain.transport.routes import (
     AttachRoute,
+    DeviceRoute,
     HierarchicalRoute,
     LocalRoute,
     MessagesRoute,
@@ -80,10 +82,21 @@ class Transport:
                 hierarchical,
                 switchable,
                 settings.collective_timeout,
+                settings.cuda_aware_mpi,
             ),
             root=0,
         )
-        chunk, trial, window, shared_bytes, result_bytes, hierarchical, switchable, timeout = agreed
+        (
+            chunk,
+            trial,
+            window,
+            shared_bytes,
+            result_bytes,
+            hierarchical,
+            switchable,
+            timeout,
+            cuda_aware,
+        ) = agreed
         self.hierarchical_switchable = switchable
         self.chunk_bytes = chunk
         self.waiter = Waiter(timeout, topology)
@@ -107,6 +120,10 @@ class Transport:
             crossing = [self.messages, across]
             self.link_chunks = LinkChunkChoice(comm, self.waiter, chunk, crossing)
         cores = comm.allreduce(os.cpu_count() or 1, op=MPI.MIN) if self.attach else 0
+        # Rank 0's setting, or each rank's library asked: one rank that cannot take device
+        # memory stages every rank's calls, which must all take the same route.
+        device_mpi = takes_device_memory(cuda_aware)
+        device_mpi = self.size > 1 and bool(comm.allreduce(int(device_mpi), op=MPI.MIN))
         self.capabilities = Capabilities(
             size=self.size,
             shared_bytes=shared_bytes if self.shared is not None else 0,
@@ -114,6 +131,7 @@ class Transport:
             core_each=self.size <= cores,
             hierarchical=hierarchical,
             across_hosts=not topology.one_host,
+            device_mpi=device_mpi,
         )
         self._routes = self._build_routes()
 
@@ -125,6 +143,8 @@ class Transport:
             Route.RING: MessagesRoute(self.messages, ring_allgather=True),
             Route.STAGED: StagedRoute(self.run),
         }
+        if self.capabilities.device_mpi:
+            routes[Route.DEVICE] = DeviceRoute(self._comm, self.waiter)
         if self.hierarchical is not None:
             routes[Route.HIERARCHICAL] = HierarchicalRoute(self.hierarchical)
         if self.shared is not None:

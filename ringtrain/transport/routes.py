@@ -3,13 +3,15 @@
 ``router.Transport`` holds one route per ``choice.Route`` that the job can take, and hands
 each call to the one that ``choice.choose`` names. A route carries a call as its transport
 runs it; ``StagedRoute``, for arrays in GPU memory, copies the call to the host once, hands
-the host copy back to the router, and copies the result back once.
+the host copy back to the router, and copies the result back once, and ``DeviceRoute``, where
+MPI is CUDA-aware, hands the GPU arrays to MPI's own allreduce instead.
 """
 
 import time
 
 from ringtrain import kernels
 from ringtrain.buffers import BufferPool
+from ringtrain.ops import ReduceOp, as_reduce_op
 from ringtrain.transport.calls import (
     Adasum,
     Allgather,
@@ -180,4 +182,50 @@ class StagedRoute:
         reduced = self._carry_host(on_host)[1]
         dst = _destination(call)
         backend.to_device(host, dst)
+        return dst, reduced
+
+
+class DeviceRoute:
+    """Allreduces of GPU arrays by MPI's own ``MPI_Iallreduce`` on their device memory.
+
+    Only where every rank's MPI is CUDA-aware (``device_mpi``): nothing is staged through
+    the host, and MPI picks its own algorithm. The kernels queued on the GPU finish first,
+    since MPI reads the memory off their stream; the wait goes through ``waiter``, as every
+    wait on a peer does, and ``postscale`` is one kernel on the result.
+    """
+
+    memory = Memory.DEVICE
+    collectives = frozenset({Collective.ALLREDUCE})
+
+    def __init__(self, comm, waiter):
+        # Here, not at the top: the rule's pure tests import this module without MPI.
+        from mpi4py import MPI
+
+        self._comm = comm
+        self._waiter = waiter
+        self._peers = range(comm.Get_size())
+        self._in_place = MPI.IN_PLACE
+        self._ops = {
+            ReduceOp.Sum: MPI.SUM,
+            ReduceOp.Min: MPI.MIN,
+            ReduceOp.Max: MPI.MAX,
+            ReduceOp.Product: MPI.PROD,
+        }
+
+    def run(self, call: Reduce) -> Carried:
+        """Reduce ``call.src`` into its destination on the GPU, through MPI; scale it there."""
+        op = as_reduce_op(call.op)
+        mpi_op = self._ops.get(op)
+        if mpi_op is None:
+            raise ValueError(
+                f"MPI reduces device arrays by Sum, Min, Max or Product; not {op.name}"
+            )
+        backend = kernels.backend_for(call.src)
+        dst = _destination(call)
+        backend.finish_queued()
+        send = self._in_place if call.src is dst else call.src
+        request = self._comm.Iallreduce(send, dst, op=mpi_op)
+        self._waiter.wait(request, self._peers, f"an allreduce of {call.nbytes} device bytes")
+        reduced = time.perf_counter_ns()
+        copy_scaled(dst, dst, call.postscale)
         return dst, reduced

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The checks and figures that need a GPU, in one bounded run: the CUDA kernels against the
 # CPU kernels on the GPU, device arrays (numba's, PyTorch's CUDA tensors, CuPy's) through the
-# engine at 1 to 4 ranks, and the kernel and allreduce benchmarks on GPU buffers. Logs and
-# JSON go to OUT (default /tmp/ringtrain-gpu).
+# engine at 1 to 4 ranks (handed to MPI itself where it says it is CUDA-aware), and the
+# kernel and allreduce benchmarks on GPU buffers. Logs and JSON go to OUT (default
+# /tmp/ringtrain-gpu).
 #
 #   bash tests/gpu/run.sh [OUT]
 #
@@ -61,6 +62,9 @@ print(sys.version.split()[0], *(f"{p} {metadata.version(p)}" for p in
 from numba import cuda
 print("numba.cuda from", cuda.__file__)
 cuda.detect()
+# Where it says yes, the engine tests' device allreduces go to MPI itself, not staged.
+from ringtrain.transport.device_mpi import library_answer
+print("MPI takes device memory (MPIX_Query_cuda_support):", library_answer())
 EOF
 
 pytest=("$python" -m pytest -q -p no:cacheprovider -p no:benchmark --durations=5)

@@ -1,4 +1,12 @@
-"""Device arrays (numba's CUDA simulator, or a GPU) go through the engine and come back so."""
+"""Device arrays (numba's CUDA simulator, or a GPU) go through the engine and come back so.
+
+With ``RINGTRAIN_CUDA_AWARE_MPI=1`` the uncompressed allreduces go to MPI on the device
+arrays themselves, and only the compressed ones are staged through the host. In the
+simulator a device array's memory is host memory, so any MPI takes it: that checks the
+route, not MPI's CUDA support.
+"""
+
+import collections
 
 import ml_dtypes
 import numpy as np
@@ -7,13 +15,22 @@ from numba import cuda
 from wire_ring import WIRES, simulate
 
 import ringtrain
+from ringtrain import api, settings
+from ringtrain.transport.choice import Route
+from ringtrain.transport.device_mpi import takes_device_memory
 
 
 def body():
     ringtrain.init()
     r, n = ringtrain.rank(), ringtrain.size()
+    transport = api._engine_for(None).transport
+    direct = n > 1 and takes_device_memory(settings.read().cuda_aware_mpi)
+    assert transport.capabilities.device_mpi == direct, transport.capabilities
+    carried = _count_routes(transport)
+    every_op = (ringtrain.Sum, ringtrain.Max, ringtrain.Min, ringtrain.Product)
     for dtype in (np.float32, np.float64, np.int32, np.float16, ml_dtypes.bfloat16):
-        for op in (ringtrain.Sum, ringtrain.Max):
+        some = dtype in (np.float32, np.int32)  # the ops MPI maps one by one, on two dtypes
+        for op in every_op if some else every_op[:2]:
             for shape in ((0,), (1,), (37, 3)):
                 host = rank_data(r, shape, dtype)
                 got = ringtrain.allreduce(
@@ -74,7 +91,24 @@ def body():
         got = ringtrain.allreduce(_device(data[r]), op=ringtrain.Sum, compression=strategy)
         want = simulate(data, ringtrain.Sum, 1.0, wire)[r]
         assert np.array_equal(_host(got, np.float32).view(np.uint32), want.view(np.uint32)), name
+    if direct:  # the compressed calls alone went through the host
+        assert carried[Route.DEVICE] > 0 and carried[Route.STAGED] == len(WIRES), carried
+    elif n > 1:
+        assert Route.DEVICE not in carried and carried[Route.STAGED] > 0, carried
     ringtrain.shutdown()
+
+
+def _count_routes(transport):
+    """Count the calls that each of ``transport``'s routes carries, from now on."""
+    counts = collections.Counter()
+    for route, carrier in transport._routes.items():
+
+        def counted(call, run=carrier.run, route=route):
+            counts[route] += 1
+            return run(call)
+
+        carrier.run = counted
+    return counts
 
 
 def _device(host):
