@@ -59,6 +59,10 @@ class Settings:
     # CUDA-aware; off, they are staged through host memory. None: ask Open MPI at init()
     # (``transport.device_mpi``); every rank must say yes.
     cuda_aware_mpi: bool | None = None
+    # ringtrain.tensorflow's ops hand tensors to the engine through DLPack (tf.py_function),
+    # so that GPU tensors stay on the GPU; off, through tf.numpy_function, which copies them
+    # to the host. None: on where both TensorFlow and numba see a GPU. Read when traced.
+    tf_dlpack: bool | None = None
     # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
     # gradients smaller than this, in backprop order, share one TensorFlow op until they
     # hold this many bytes; a larger one has an op of its own; 0 gives every gradient its
@@ -141,6 +145,7 @@ _FIELDS = {
     "shared_result_bytes": ("SHARED_RESULT_BYTES", _parse_number(int, 0)),
     "hierarchical_allreduce": ("HIERARCHICAL_ALLREDUCE", _parse_bool),
     "cuda_aware_mpi": ("CUDA_AWARE_MPI", _parse_bool),
+    "tf_dlpack": ("TF_DLPACK", _parse_bool),
     "bucket_bytes": ("BUCKET_BYTES", _parse_number(int, 0)),
     "bind_cores": ("BIND_CORES", _parse_bool),
     "autotune": ("AUTOTUNE", _parse_bool),

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ringtrain"
 # from its own layer and those below it, never from a layer above.
 LAYERS = [
     {"contract", "errors", "ops", "dtypes", "buffers", "compression"},
-    {"settings", "topology", "affinity", "kernels", "tf_allocator", "mpi_tuning"},
+    {"settings", "topology", "affinity", "kernels", "dlpack", "tf_allocator", "mpi_tuning"},
     {"transport"},
     {"engine"},
     {"process_sets", "runtime", "api", "interop", "call_site", "capabilities", "elastic", "guard"},

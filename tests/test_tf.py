@@ -31,6 +31,12 @@ def test_collectives_gradients_sparse_and_mismatches(np):
     _check("check_tf_collectives.py", np)
 
 
+def test_collectives_and_gradients_through_dlpack_with_cpu_tensors():
+    # The hand-over meant for GPU tensors (tf.py_function and DLPack, RINGTRAIN_TF_DLPACK),
+    # run here on CPU tensors: CI has no GPU, and the lent one has no TensorFlow.
+    _check("check_tf_collectives.py", 3, env={"RINGTRAIN_TF_DLPACK": "1"})
+
+
 def test_compression_sends_16_bit_values_within_the_bound():
     # Gradients of the tape and of DistributedOptimizer with fp16 and bf16 on the wire.
     _check("check_tf_compression.py", 2)

@@ -1,10 +1,14 @@
 """The two ops between TensorFlow and the engine: one enqueues and returns, one waits.
 
-Both are ``tf.numpy_function`` ops, so they work eagerly and inside ``tf.function``. An
-enqueue op submits to the engine and returns a token at once; a synchronize op turns the
-token back into the result. A synchronize op blocks a TensorFlow thread, so it must only
-run once every enqueue of its step has run: it takes all of their tokens as inputs, and
-then even a single inter-op thread cannot block before the last enqueue.
+Both are ``tf.numpy_function`` ops, or, where tensors go through DLPack
+(``RINGTRAIN_TF_DLPACK``, on by default where TensorFlow and numba see a GPU),
+``tf.py_function`` ops that hand the engine views of the tensors' memory (``ringtrain.dlpack``):
+numba arrays on a GPU, so that nothing is copied to the host first. Either way they work
+eagerly and inside ``tf.function``. An enqueue op submits to the engine and returns a token
+at once; a synchronize op turns the token back into the result. A synchronize op blocks a
+TensorFlow thread, so it must only run once every enqueue of its step has run: it takes all
+of their tokens as inputs, and then even a single inter-op thread cannot block before the
+last enqueue.
 """
 
 import itertools
@@ -12,7 +16,7 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from ringtrain import api
+from ringtrain import api, capabilities, dlpack, kernels
 from ringtrain.errors import RingtrainError
 from ringtrain.tensorflow import compat, errors
 
@@ -53,13 +57,54 @@ def enqueue(start, inputs, what: str, count=None, ordered=True):
         _handles.update(zip(tokens, handles, strict=True))
         return np.int64(tokens[0]) if count is None else np.array(tokens, np.int64)
 
-    out = tf.numpy_function(_enqueue, list(inputs), tf.int64, stateful=True, name="rt_enqueue")
+    out = _op(_enqueue, list(inputs), tf.int64, "rt_enqueue")
     if not ordered:
         _run_independently(out)
     if count is None:
         return out
     out.set_shape([count])
     return tf.unstack(out, num=count)
+
+
+def _op(func, inputs, dtypes, name):
+    """Return the outputs of one stateful op that calls ``func`` on its inputs as arrays.
+
+    A ``tf.numpy_function``, for which TensorFlow copies GPU inputs to the host; or, where
+    tensors go through DLPack (``through_dlpack``), a ``tf.py_function`` that hands ``func``
+    views of the inputs' memory and takes its GPU results back the same way (host results
+    are copied into new tensors).
+    """
+    if not through_dlpack():
+        return tf.numpy_function(func, inputs, dtypes, stateful=True, name=name)
+
+    def viewed(*tensors):
+        out = func(*(dlpack.view(tensor.__dlpack__()) for tensor in tensors))
+        if isinstance(dtypes, list):
+            return [_as_tensor(array) for array in out]
+        return _as_tensor(out)
+
+    return tf.py_function(viewed, inputs, dtypes, name=name)
+
+
+def through_dlpack() -> bool:
+    """Return whether ops made now hand tensors over through DLPack (``RINGTRAIN_TF_DLPACK``)."""
+    chosen = api.active_settings().tf_dlpack
+    if chosen is not None:
+        return chosen
+    return bool(tf.config.list_logical_devices("GPU")) and capabilities.cuda_built()
+
+
+def _as_tensor(array):
+    """Return a GPU ``array`` as a tensor over its memory; anything else as it is."""
+    if not kernels.is_device_array(array):
+        return array  # tf.py_function copies it into a tensor
+    from numba import cuda
+
+    address = array.__cuda_array_interface__["data"][0]
+    device = (dlpack.CUDA, cuda.get_current_device().id)
+    return tf.experimental.dlpack.from_dlpack(
+        dlpack.capsule(address, array.shape, array.dtype, device, array)
+    )
 
 
 def _run_independently(output):
@@ -103,7 +148,7 @@ def synchronize(token, dtypes):
     def _wait(token_value):
         return _result(_handles.pop(int(token_value)), None, None)
 
-    out = tf.numpy_function(_wait, [token], dtypes, stateful=True, name="rt_synchronize")
+    out = _op(_wait, [token], dtypes, "rt_synchronize")
     # A one-element list of dtypes gives a bare tensor back in some modes.
     if isinstance(dtypes, list) and not isinstance(out, list | tuple):
         return [out]
@@ -123,7 +168,7 @@ def collect(tokens, dtypes, handover):
         handles = [_handles.pop(int(t)) for t in token_values]
         return handover.collect(handles, errors.in_tensorflow_terms)
 
-    out = tf.numpy_function(_wait, list(tokens), dtypes, stateful=True, name="rt_synchronize")
+    out = _op(_wait, list(tokens), dtypes, "rt_synchronize")
     return [out] if not isinstance(out, list | tuple) else list(out)
 
 

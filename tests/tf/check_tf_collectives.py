@@ -3,6 +3,7 @@
 Runs at any world size; compares against NumPy answers computed from every rank's data.
 """
 
+import os
 import traceback
 
 import ml_dtypes
@@ -28,6 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 import ringtrain  # noqa: E402
 import ringtrain.tensorflow as hvd  # noqa: E402
+from ringtrain.tensorflow import bridge  # noqa: E402
 
 
 def modes(fn):
@@ -475,6 +477,30 @@ def check_gradients_go_in_buckets():
         assert np.allclose(g.numpy(), want, rtol=1e-5, atol=1e-5), k
 
 
+def check_ops_hand_tensors_over_as_the_setting_says():
+    # RINGTRAIN_TF_DLPACK=1 (test_tf.py) runs every check of this script through DLPack;
+    # by default, on a machine where TensorFlow sees no GPU, tf.numpy_function is used.
+    through = os.environ.get("RINGTRAIN_TF_DLPACK") == "1"
+    assert bridge.through_dlpack() is through, bridge.through_dlpack()
+    model = mlp(0)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        grads = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+        return hvd.allreduce(x, op=hvd.Sum, name="handed over"), grads
+
+    x = tf.constant(rank_data(hvd.rank(), (2, FEATURES), np.float32))
+    graph = step.get_concrete_function(x).graph
+    kinds = {op.type for op in graph.get_operations()}
+    want, other = ("EagerPyFunc", "PyFunc") if through else ("PyFunc", "EagerPyFunc")
+    assert want in kinds and other not in kinds, sorted(kinds)
+    got, _ = step(x)
+    everyone = [rank_data(i, (2, FEATURES), np.float32) for i in range(hvd.size())]
+    assert_equal(got.numpy(), expected(hvd.Sum, everyone, np.float32), "handed over")
+
+
 def body():
     hvd.init(bucket_bytes=1024 * 1024)  # the other scripts run with the default
     for check in (
@@ -492,6 +518,7 @@ def body():
         check_mismatches,
         check_adasum,
         check_step_time_python_is_not_autograph_converted,
+        check_ops_hand_tensors_over_as_the_setting_says,
     ):
         check()
         print(f"rank {hvd.rank()}: {check.__name__} OK", flush=True)
