@@ -31,10 +31,14 @@ def test_collectives_gradients_sparse_and_mismatches(np):
     _check("check_tf_collectives.py", np)
 
 
-def test_collectives_and_gradients_through_dlpack_with_cpu_tensors():
+@pytest.mark.parametrize(
+    ("script", "np"), [("check_tf_collectives.py", 3), ("check_tf_horovod.py", 2)]
+)
+def test_the_hand_over_through_dlpack_with_cpu_tensors(script, np):
     # The hand-over meant for GPU tensors (tf.py_function and DLPack, RINGTRAIN_TF_DLPACK),
-    # run here on CPU tensors: CI has no GPU, and the lent one has no TensorFlow.
-    _check("check_tf_collectives.py", 3, env={"RINGTRAIN_TF_DLPACK": "1"})
+    # run here on CPU tensors: CI has no GPU, and the lent one has no TensorFlow. Horovod's
+    # semantics include the eager error types.
+    _check(script, np, env={"RINGTRAIN_TF_DLPACK": "1"})
 
 
 def test_compression_sends_16_bit_values_within_the_bound():

@@ -72,7 +72,9 @@ def _op(func, inputs, dtypes, name):
     A ``tf.numpy_function``, for which TensorFlow copies GPU inputs to the host; or, where
     tensors go through DLPack (``through_dlpack``), a ``tf.py_function`` that hands ``func``
     views of the inputs' memory and takes its GPU results back the same way (host results
-    are copied into new tensors).
+    are copied into new tensors). Eagerly, that one calls ``func`` at once instead: an
+    eager ``tf.py_function`` turns a ValueError into TensorFlow's InvalidArgumentError,
+    where ``tf.numpy_function`` and Horovod raise it as it is.
     """
     if not through_dlpack():
         return tf.numpy_function(func, inputs, dtypes, stateful=True, name=name)
@@ -80,9 +82,11 @@ def _op(func, inputs, dtypes, name):
     def viewed(*tensors):
         out = func(*(dlpack.view(tensor.__dlpack__()) for tensor in tensors))
         if isinstance(dtypes, list):
-            return [_as_tensor(array) for array in out]
-        return _as_tensor(out)
+            return [_as_tensor(array, dtype) for array, dtype in zip(out, dtypes, strict=True)]
+        return _as_tensor(out, dtypes)
 
+    if tf.executing_eagerly():
+        return viewed(*(tf.convert_to_tensor(tensor) for tensor in inputs))
     return tf.py_function(viewed, inputs, dtypes, name=name)
 
 
@@ -94,10 +98,10 @@ def through_dlpack() -> bool:
     return bool(tf.config.list_logical_devices("GPU")) and capabilities.cuda_built()
 
 
-def _as_tensor(array):
-    """Return a GPU ``array`` as a tensor over its memory; anything else as it is."""
+def _as_tensor(array, dtype):
+    """Return ``array`` as a tensor of ``dtype``: over its memory on a GPU, else a copy."""
     if not kernels.is_device_array(array):
-        return array  # tf.py_function copies it into a tensor
+        return tf.convert_to_tensor(array, dtype)
     from numba import cuda
 
     address = array.__cuda_array_interface__["data"][0]
