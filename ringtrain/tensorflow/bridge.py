@@ -1,9 +1,9 @@
 """The two ops between TensorFlow and the engine: one enqueues and returns, one waits.
 
 Both are ``tf.numpy_function`` ops, or, where tensors go through DLPack
-(``RINGTRAIN_TF_DLPACK``, on by default where TensorFlow and numba see a GPU),
-``tf.py_function`` ops that hand the engine views of the tensors' memory (``ringtrain.dlpack``):
-numba arrays on a GPU, so that nothing is copied to the host first. Either way they work
+(``RINGTRAIN_TF_DLPACK``, off by default), ``tf.py_function`` ops that hand the engine
+views of the tensors' memory (``ringtrain.dlpack``): numba arrays on a GPU, so that nothing
+is copied to the host first. Either way they work
 eagerly and inside ``tf.function``. An enqueue op submits to the engine and returns a token
 at once; a synchronize op turns the token back into the result. A synchronize op blocks a
 TensorFlow thread, so it must only run once every enqueue of its step has run: it takes all
@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from ringtrain import api, capabilities, dlpack, kernels
+from ringtrain import api, dlpack, kernels
 from ringtrain.errors import RingtrainError
 from ringtrain.tensorflow import compat, errors
 
@@ -92,10 +92,7 @@ def _op(func, inputs, dtypes, name):
 
 def through_dlpack() -> bool:
     """Return whether ops made now hand tensors over through DLPack (``RINGTRAIN_TF_DLPACK``)."""
-    chosen = api.active_settings().tf_dlpack
-    if chosen is not None:
-        return chosen
-    return bool(tf.config.list_logical_devices("GPU")) and capabilities.cuda_built()
+    return api.active_settings().tf_dlpack
 
 
 def _as_tensor(array, dtype):

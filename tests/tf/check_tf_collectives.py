@@ -479,7 +479,7 @@ def check_gradients_go_in_buckets():
 
 def check_ops_hand_tensors_over_as_the_setting_says():
     # RINGTRAIN_TF_DLPACK=1 (test_tf.py) runs every check of this script through DLPack;
-    # by default, on a machine where TensorFlow sees no GPU, tf.numpy_function is used.
+    # by default, tf.numpy_function carries them.
     through = os.environ.get("RINGTRAIN_TF_DLPACK") == "1"
     assert bridge.through_dlpack() is through, bridge.through_dlpack()
     model = mlp(0)
