@@ -217,9 +217,7 @@ class DeviceRoute:
         op = as_reduce_op(call.op)
         mpi_op = self._ops.get(op)
         if mpi_op is None:
-            raise ValueError(
-                f"MPI reduces device arrays by Sum, Min, Max or Product; not {op.name}"
-            )
+            raise ValueError(f"MPI reduces GPU arrays by Sum, Min, Max or Product, not {op.name}")
         backend = kernels.backend_for(call.src)
         dst = _destination(call)
         backend.finish_queued()
