@@ -19,6 +19,7 @@ from ringtrain import api, dlpack, kernels
 from ringtrain.errors import RingtrainError
 from ringtrain.tensorflow import compat, errors
 
+_TENSOR_ALIGNMENT = 64  # bytes: TensorFlow's CPU kernels check it (Eigen's largest)
 _handles: dict[int, object] = {}
 _tokens = itertools.count()
 
@@ -95,15 +96,34 @@ def through_dlpack() -> bool:
 
 
 def _as_tensor(array, dtype):
-    """Return ``array`` as a tensor of ``dtype``: over its memory on a GPU, else a copy."""
-    if not kernels.is_device_array(array):
-        return tf.convert_to_tensor(array, dtype)
-    from numba import cuda
+    """Return ``array`` as a tensor of ``dtype`` over its memory where it can, else a copy.
 
-    address = array.__cuda_array_interface__["data"][0]
-    device = (dlpack.CUDA, cuda.get_current_device().id)
+    Over it for a GPU array, and for a C-contiguous NumPy array aligned as TensorFlow's
+    kernels need (an unaligned one aborts the process), as ``tf.numpy_function`` takes a
+    result's memory over (see ``exchange.allreduce_gradients`` on results that TensorFlow
+    may write into).
+    """
+    if kernels.is_device_array(array):
+        from numba import cuda
+
+        address = array.__cuda_array_interface__["data"][0]
+        device = (dlpack.CUDA, cuda.get_current_device().id)
+    elif _taken_over(array):
+        address, device = array.ctypes.data, (dlpack.CPU, 0)
+    else:
+        return tf.convert_to_tensor(array, dtype)
     return tf.experimental.dlpack.from_dlpack(
         dlpack.capsule(address, array.shape, array.dtype, device, array)
+    )
+
+
+def _taken_over(array) -> bool:
+    """Return True for a host result that a tensor may share: C-contiguous, 64-byte aligned."""
+    return (
+        isinstance(array, np.ndarray)
+        and array.flags.c_contiguous
+        and array.size > 0
+        and array.ctypes.data % _TENSOR_ALIGNMENT == 0
     )
 
 
