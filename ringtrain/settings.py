@@ -62,7 +62,7 @@ class Settings:
     # ringtrain.tensorflow's ops hand tensors to the engine through DLPack (tf.py_function),
     # so that GPU tensors stay on the GPU; off, through tf.numpy_function, which copies them
     # to the host. Off until measured on a GPU: on CPU tensors it cost the MLP's training
-    # 40-48% (docs/tensorflow.md, GPU tensors). Read when a step is traced.
+    # 11-14% (docs/tensorflow.md, GPU tensors). Read when a step is traced.
     tf_dlpack: bool = False
     # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
     # gradients smaller than this, in backprop order, share one TensorFlow op until they
