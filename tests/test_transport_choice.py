@@ -1,5 +1,6 @@
 """The pure rule that picks each collective's transport, without MPI."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -127,7 +128,7 @@ def test_device_memory_is_staged_through_the_host_unless_nothing_crosses():
 
 def test_device_allreduces_go_to_mpi_itself_where_every_rank_says_it_takes_device_memory():
     for capabilities in (Capabilities(size=2), Capabilities(size=4, hierarchical=True)):
-        direct = Capabilities(**{**capabilities.__dict__, "device_mpi": True})
+        direct = dataclasses.replace(capabilities, device_mpi=True)
         assert choose(_ALLREDUCE, 8, False, direct, device=True) is Route.DEVICE
         # A compressed call narrows on the host, and a reduce-scatter is the ring's.
         assert choose(_ALLREDUCE, 8, False, direct, True, True) is Route.STAGED

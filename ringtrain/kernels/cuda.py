@@ -211,7 +211,7 @@ def _shared_dtype(arrays):
     return dtype
 
 
-def _address(array):
+def address(array):
     """Return the device address of C-contiguous ``array``; raise ValueError for any other."""
     if not kernels.is_c_contiguous(array):
         raise ValueError(
@@ -274,7 +274,7 @@ def _launch(kernel, arrays, buffer, offsets, scale):
                 f"a tensor of {size} elements at offset {offset} falls outside the "
                 f"fusion buffer of {buffer.size}"
             )
-    addresses = [_address(a) for a in arrays]
+    addresses = [address(a) for a in arrays]
     largest = max(sizes)
     if not largest:
         return

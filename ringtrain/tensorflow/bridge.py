@@ -71,8 +71,8 @@ def _op(func, inputs, dtypes, name):
 
     A ``tf.numpy_function``, for which TensorFlow copies GPU inputs to the host; or, where
     tensors go through DLPack (``through_dlpack``), a ``tf.py_function`` that hands ``func``
-    views of the inputs' memory and takes its GPU results back the same way (host results
-    are copied into new tensors). Eagerly, that one calls ``func`` at once instead: an
+    views of the inputs' memory and takes its results back the same way where it can
+    (``_as_tensor``). Eagerly, that one calls ``func`` at once instead: an
     eager ``tf.py_function`` turns a ValueError into TensorFlow's InvalidArgumentError,
     where ``tf.numpy_function`` and Horovod raise it as it is.
     """
@@ -106,7 +106,7 @@ def _as_tensor(array, dtype):
     if kernels.is_device_array(array):
         from numba import cuda
 
-        address = array.__cuda_array_interface__["data"][0]
+        address = kernels.backend_for(array).address(array)  # refuses a strided array
         device = (dlpack.CUDA, cuda.get_current_device().id)
     elif _taken_over(array):
         address, device = array.ctypes.data, (dlpack.CPU, 0)
