@@ -220,7 +220,7 @@ def _host_array(tensor, what: str) -> np.ndarray:
 def _input(tensor, what: str, allow_device: bool = False):
     """Return ``tensor`` checked, as the engine takes it, and its results' way back.
 
-    The way back is ``interop.adopt``'s: None for NumPy, numba and other plain inputs.
+    The way back is ``interop.adopt``'s: None for NumPy and other plain inputs.
     """
     if type(tensor) is np.ndarray:  # the common case, with no way back
         return _host_array(tensor, what), None
@@ -281,7 +281,7 @@ def _adopted_out(out, give_back):
     """Return ``out`` as the engine takes it, and the way back: to ``out`` itself where adopted."""
     adopted, out_back = interop.adopt(out)
     if out_back is None:
-        return out, None  # a NumPy or numba out: the engine's result is ``out`` itself
+        return out, None  # a NumPy out: the engine's result is ``out`` itself
     return adopted, lambda _result: out
 
 

@@ -3,7 +3,7 @@
 numba-cuda reads DLPack only in kernel arguments, and its device arrays offer none, while
 TensorFlow offers and takes nothing else (``tf.experimental.dlpack``). So this module reads
 a capsule's ``DLManagedTensor`` through ``ctypes`` (``view``: a NumPy array over host
-memory, a numba array over GPU memory, either way without a copy) and makes one over any
+memory, a light view over GPU memory, either way without a copy) and makes one over any
 array's memory (``capsule``). A view holds the capsule it read, and a capsule made here
 holds the array it shows: each memory stays alive while the other side uses it, and is
 given back through the protocol's deleter (or the capsule's destructor, if no one took it).
@@ -13,6 +13,9 @@ import ctypes
 
 import ml_dtypes
 import numpy as np
+
+from ringtrain import kernels
+from ringtrain.kernels.device_view import DeviceView
 
 CPU, CUDA = 1, 2  # DLPack's kDLCPU and kDLCUDA
 _NAME = b"dltensor"
@@ -87,7 +90,10 @@ def _code(dtype: np.dtype) -> tuple[int, int]:
 
 
 def view(capsule):
-    """Return the array DLPack ``capsule`` shows, over its memory: NumPy's, or numba's on a GPU.
+    """Return the array DLPack ``capsule`` shows, over its memory: NumPy's, or a GPU view.
+
+    On a GPU, a ``kernels.device_view.DeviceView`` where the tensor is compact, else a numba
+    array (which the engine refuses, naming its layout).
 
     The capsule is left untaken: the view holds it, and once the view is gone the capsule's
     own destructor hands the memory back to its framework.
@@ -104,6 +110,8 @@ def view(capsule):
     if kind == CPU:
         return np.asarray(described).view(dtype)
     if kind == CUDA:
+        if kernels.is_c_contiguous(described):  # TensorFlow's tensors always are
+            return DeviceView(described.address, shape, dtype, described)
         from numba import cuda
 
         return cuda.as_cuda_array(described).view(dtype)
@@ -115,6 +123,7 @@ class _Described:
 
     def __init__(self, capsule, shape, dtype, address, strides):
         self._capsule = capsule  # held: the memory is the capsule's framework's
+        self.address = address
         bits = f"<u{dtype.itemsize}" if dtype == ml_dtypes.bfloat16 else dtype.str
         interface = {"shape": shape, "typestr": bits, "data": (address, False), "version": 3}
         interface["strides"] = strides

@@ -5,10 +5,11 @@ A PyTorch tensor, a JAX or CuPy array, or any array that offers DLPack or
 memory: a host array as NumPy (``np.from_dlpack``), a GPU array as it is, read by numba
 through its CUDA interface. Its result comes back as an array of the same framework, over
 the result's memory: ``from_dlpack`` of the array's namespace for a host result, and its
-``asarray`` for a GPU one. NumPy arrays, numba device arrays, and inputs of other kinds
-(lists, scalars, TensorFlow tensors) go in as before, and their results stay NumPy (or
-numba) arrays. PyTorch tensors that require gradients are read detached: the reduction is
-not recorded by autograd.
+``asarray`` of a GPU one (a ``kernels.device_view.DeviceView``). NumPy arrays, numba
+device arrays, and inputs of other kinds (lists, scalars, TensorFlow tensors) go in as
+they are; results of NumPy arrays stay NumPy arrays, and those of numba arrays and of CUDA
+arrays of no framework come back as numba arrays. PyTorch tensors that require gradients
+are read detached: the reduction is not recorded by autograd.
 """
 
 import functools
@@ -17,21 +18,26 @@ import sys
 import numpy as np
 
 from ringtrain import kernels
+from ringtrain.kernels.device_view import DeviceView
 
 
 def adopt(tensor):
     """Return ``(array, give_back)``: ``tensor`` as the engine takes it, and its results' way back.
 
     ``array`` is a NumPy view of a host array of another framework, or ``tensor`` itself;
-    ``give_back(result)`` returns a result as ``tensor``'s kind, or is None where results
-    go back as they are.
+    ``give_back(result)`` returns a result as ``tensor``'s kind (a numba array for a CUDA
+    array of no framework), or is None where results go back as they are.
     """
-    # numba's device arrays (its simulator's too, which pass NumPy's attributes on) are the
-    # engine's own kind.
-    if isinstance(tensor, (np.ndarray, np.generic)) or getattr(tensor, "__cuda_ndarray__", False):
+    # A DeviceView is the TensorFlow binding's: its results stay views.
+    if isinstance(tensor, (np.ndarray, np.generic, DeviceView)):
         return tensor, None
-    namespace = _namespace(tensor)
+    # numba's device arrays (its simulator's too, which pass NumPy's attributes on) and
+    # CUDA arrays of no framework go in as they are; their results, views of device memory,
+    # come back as numba arrays.
+    namespace = None if getattr(tensor, "__cuda_ndarray__", False) else _namespace(tensor)
     if namespace is None:
+        if kernels.is_device_array(tensor):
+            return tensor, kernels.backend_for(tensor).as_numba
         return tensor, None
     detach = getattr(tensor, "detach", None)  # PyTorch: a tensor that requires gradients
     if callable(detach):

@@ -45,6 +45,31 @@ def test_allreduce_benchmark_writes_every_row_as_json(tmp_path):
 
 
 @pytest.mark.mpi
+def test_allreduce_benchmark_times_device_buffers_in_the_cuda_simulator(tmp_path):
+    """``--device cuda``: numba's device arrays, against MPI's call staged through the host."""
+    out = tmp_path / "rows.json"
+    command = [
+        find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none",
+        sys.executable, "-m", "ringtrain.bench", "allreduce", "--device", "cuda", "--sizes",
+        "4096", "--seconds", "0.05", "--small-count", "3", "--json", str(out),
+    ]  # fmt: skip
+    env = dict(
+        os.environ,
+        NUMBA_ENABLE_CUDASIM="1",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    done, _ = launch(command, 120, env=env)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())
+    assert [r["case"] for r in rows] == [
+        "single", "single, read-only", "3x16384 grouped", "3x16384 async",
+        "3x16384 grouped, read-only", "3x16384 async, read-only",
+    ]  # fmt: skip
+    assert all(r["ringtrain_us"] > 0 and r["mpi_us"] > 0 for r in rows)
+
+
+@pytest.mark.mpi
 def test_allreduce_benchmark_adds_a_row_per_size_with_16_bit_values_on_the_wire(tmp_path):
     """... and ``--small-count 0`` leaves the many-small-tensors rows out."""
     out = tmp_path / "rows.json"

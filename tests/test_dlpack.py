@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ringtrain import dlpack
+from ringtrain.kernels.device_view import DeviceView
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8, np.bool_]
 
@@ -117,3 +118,20 @@ def test_tensorflow_tensors_and_capsules_both_ways():
         del taken
         gc.collect()
         assert alive() is None, dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.int64])
+@pytest.mark.parametrize("shape", [(0,), (1,), (2, 3), ()])
+def test_a_compact_gpu_capsule_is_viewed_without_a_numba_array_and_holds_its_capsule(dtype, shape):
+    owner = _Owner(None)
+    alive = weakref.ref(owner)
+    made = dlpack.capsule(0x7F00_0000_0040, shape, dtype, (dlpack.CUDA, 0), owner)
+    del owner
+    seen = dlpack.view(made)
+    del made
+    gc.collect()
+    assert type(seen) is DeviceView and alive() is not None
+    assert (seen.address, seen.shape, seen.dtype) == (0x7F00_0000_0040, shape, np.dtype(dtype))
+    del seen
+    gc.collect()
+    assert alive() is None

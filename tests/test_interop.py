@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ringtrain import interop
+from ringtrain.kernels.device_view import DeviceView
 
 torch = pytest.importorskip("torch")
 jnp = pytest.importorskip("jax.numpy")
@@ -51,3 +52,16 @@ def test_bfloat16_goes_through_numpy_where_dlpack_cannot_carry_it():
     assert back.dtype == jnp.bfloat16 and back.tolist() == [3.0, 3.0]
     with pytest.raises(TypeError, match="cannot read a Tensor of dtype torch.bfloat16 as a Nu"):
         interop.adopt(torch.ones(2, dtype=torch.bfloat16))
+
+
+def test_cuda_arrays_of_no_framework_get_numba_results_and_the_bindings_views_stay_views():
+    from ringtrain.kernels import cuda as backend
+
+    class CudaArrayLike:
+        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (0, False)}
+
+    foreign = CudaArrayLike()
+    adopted, give_back = interop.adopt(foreign)
+    assert adopted is foreign and give_back is backend.as_numba
+    view = DeviceView(0, (2,), np.float32, None)
+    assert interop.adopt(view) == (view, None)

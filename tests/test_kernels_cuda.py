@@ -17,6 +17,7 @@ import pytest
 from kernel_data import assert_bits, random_array
 
 from ringtrain import capabilities, dtypes, kernels
+from ringtrain.kernels.device_view import DeviceView
 from ringtrain.ops import ReduceOp
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -207,6 +208,41 @@ def test_staging_through_host(gpu):
     host = np.zeros(5, F32)
     gpu.to_host(device, host)
     np.testing.assert_array_equal(host, np.arange(5, dtype=F32))
+
+
+@device_case
+@pytest.mark.parametrize("dtype", [F32, np.dtype(np.int8), dtypes.bfloat16], ids=str)
+def test_views_of_a_device_array_are_its_pieces_and_read_back_through_numba(gpu, dtype):
+    data = random_array(dtype, (20,), np.random.default_rng(3))
+    base = on_device(data)
+    starts, shapes = [0, 3, 7, 20], [(3,), (2, 2), (13,), (0,)]
+    views = gpu.views(base, starts, shapes)
+    for view, start, shape in zip(views, starts, shapes, strict=True):
+        assert type(view) is DeviceView and view.owner is base and view.dtype == dtype
+        assert view.address == gpu.address(base) + start * dtype.itemsize
+        back = gpu.as_numba(view)
+        assert back.dtype == dtype and tuple(back.shape) == shape
+        size = int(np.prod(shape))
+        assert_same_bits(back, data[start : start + size].reshape(shape))
+    assert gpu.as_numba(base) is base  # a numba array is its own
+
+
+@device_case
+def test_pack_and_unpack_take_views_as_they_take_numba_arrays(gpu):
+    rng = np.random.default_rng(4)
+    sources = [random_array(F32, shape, rng) for shape in [(4,), (0,), (2, 3)]]
+    held = [on_device(s) for s in sources]
+    views = [gpu.views(a.reshape(-1), [0], [a.shape])[0] for a in held]
+    offsets, n = layout([s.shape for s in sources])
+    buffer = on_device(np.zeros(n, F32))
+    gpu.pack(views, buffer, offsets, 2.0)
+    expected = np.zeros(n, F32)
+    cpu().pack(sources, expected, offsets, 2.0)
+    assert_same_bits(buffer, expected)
+    outputs = [gpu.views(on_device(np.zeros(s.size, F32)), [0], [s.shape])[0] for s in sources]
+    gpu.unpack(buffer, offsets, outputs, 0.5)
+    for out, source in zip(outputs, sources, strict=True):
+        assert_same_bits(gpu.as_numba(out), source)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="no GPU here; the simulator would take minutes")

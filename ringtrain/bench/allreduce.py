@@ -93,6 +93,14 @@ def add_arguments(parser) -> None:
         help="where the buffers lie: 'cuda' puts them in GPU memory, and MPI's contender "
         "stages them through host memory",
     )
+    parser.add_argument(
+        "--gpu-arrays",
+        choices=["numba", "cupy", "torch"],
+        default="numba",
+        help="with --device cuda, whose arrays the buffers are: numba's (results are numba "
+        "arrays, built as the caller takes them), or CuPy's or PyTorch's (results of their "
+        "own kind, over the engine's memory)",
+    )
 
 
 def median_time(comm, step, budget, min_iters=5, max_iters=1000):
@@ -245,10 +253,20 @@ def _small_rows(comm, args, place):
 def _placement(args):
     """Return a function putting a host array where ``--device`` says the buffers lie."""
     if args.device == "cpu":
+        if args.gpu_arrays != "numba":
+            raise SystemExit(f"--gpu-arrays {args.gpu_arrays} needs --device cuda")
         return lambda array: array
     for flag in ("adasum", "allgather"):
         if getattr(args, flag):
             raise SystemExit(f"--{flag} times host buffers only; drop it or --device cuda")
+    if args.gpu_arrays == "cupy":
+        import cupy
+
+        return cupy.asarray
+    if args.gpu_arrays == "torch":
+        import torch
+
+        return lambda array: torch.as_tensor(array, device="cuda")
     from numba import cuda
 
     return cuda.to_device
@@ -260,6 +278,9 @@ def _mpi_allreduce(comm, src, recv):
 
     if not is_device_array(src):
         return lambda: comm.Allreduce(src, recv, op=MPI.SUM)
+    from ringtrain.kernels.cuda import as_numba
+
+    src, recv = as_numba(src), as_numba(recv)  # CuPy's and PyTorch's arrays too
     sent, received = np.empty(src.size, np.float32), np.empty(src.size, np.float32)
 
     def staged():

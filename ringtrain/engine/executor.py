@@ -188,19 +188,20 @@ class Executor:
 
         The members are packed on the GPU by one launch (a lone one that needs no widening
         or scaling is reduced where it lies), the transport carries the buffer (through the
-        host, once each way), and the results are slices of one device array: the reduced
-        buffer itself where no member narrows, else one unpack launch into the tensors'
-        dtype. Members with an ``out`` are unpacked into it by one more launch.
+        host, once each way), and the results are views of one device array
+        (``kernels.device_view``: no numba array is built for them): the reduced buffer
+        itself where no member narrows, else one unpack launch into the tensors' dtype.
+        Members with an ``out`` are unpacked into it by one more launch.
         """
         op, prescale, postscale = plan.reduction[:3]
         codec, wire = plan.reduction.codec, plan.wire
         start = tl.now_ns()
         if not unit.fused and unit.present and plan.dtype == wire and prescale == 1:
-            here, offsets, ends = unit.members, (0,), (unit.ends[0] - unit.offsets[0],)
+            here, offsets = unit.members, (0,)
             buffer = here[0].array.reshape(-1)
         else:
             buffer = backend.empty(unit.total, wire)
-            here, offsets, ends = self._present(unit, plan, buffer, backend)
+            here, offsets, _ = self._present(unit, plan, buffer, backend)
             backend.pack([member.array for member in here], buffer, offsets, prescale)
         packed = tl.now_ns()
         new = functools.partial(backend.empty, dtype=wire)
@@ -216,10 +217,10 @@ class Executor:
         if plan.dtype != wire and len(into_out) < len(here):  # narrowed once, for the rest
             result = backend.empty(len(reduced_values), plan.dtype)
             backend.unpack(reduced_values, [0], [result], 1.0)
-        outputs = [
-            m.out if m.out is not None else result[lo:hi].reshape(m.shape)
-            for m, lo, hi in zip(here, offsets, ends, strict=True)
-        ]
+        fresh = [i for i, member in enumerate(here) if member.out is None]
+        starts, shapes = [offsets[i] for i in fresh], [here[i].shape for i in fresh]
+        views = iter(backend.views(result, starts, shapes))
+        outputs = [member.out if member.out is not None else next(views) for member in here]
         return self._unit_results(unit, here, outputs, (start, packed, reduced, gathered))
 
     def _present(self, unit, plan, buffer, backend=_CPU):

@@ -21,6 +21,7 @@ from numba.cuda.extending import intrinsic
 
 from ringtrain import kernels
 from ringtrain.kernels import cpu
+from ringtrain.kernels.device_view import DeviceView
 
 _THREADS = 256
 _MAX_BLOCKS = 1024  # per tensor and launch; threads stride over longer tensors
@@ -132,7 +133,7 @@ def pack(sources, buffer, offsets, scale=1.0):
     if not len(sources):
         return
     kind, scale = kernels._conversion(sources[0].dtype, buffer, scale)
-    _launch(_PACK[kind], sources, _bits(_device_array(buffer)), offsets, scale)
+    _launch(_PACK[kind], sources, _bits(as_numba(buffer)), offsets, scale)
 
 
 def unpack(buffer, offsets, destinations, scale=1.0):
@@ -140,7 +141,7 @@ def unpack(buffer, offsets, destinations, scale=1.0):
     if not len(destinations):
         return
     kind, scale = kernels._conversion(destinations[0].dtype, buffer, scale)
-    _launch(_UNPACK[kind], destinations, _bits(_device_array(buffer)), offsets, scale)
+    _launch(_UNPACK[kind], destinations, _bits(as_numba(buffer)), offsets, scale)
 
 
 def reduce(dst, a, b, op, scale=1.0):
@@ -148,7 +149,7 @@ def reduce(dst, a, b, op, scale=1.0):
     op, scale = kernels.reduction_args(dst, a, b, op, scale)
     if dst.size:
         blocks = min(_MAX_BLOCKS, -(-dst.size // _THREADS))
-        arrays = _device_array(dst), _device_array(a), _device_array(b)
+        arrays = as_numba(dst), as_numba(a), as_numba(b)
         _reduce[blocks, _THREADS](*arrays, op, _kernel_scale(scale, dst.dtype))
 
 
@@ -157,9 +158,9 @@ def reduce_to_wire(wire, a, b, op, scale=1.0):
     kind, op, scale = kernels.wire_reduction_args(wire, a, b, op, scale)
     if wire.size:
         blocks = min(_MAX_BLOCKS, -(-wire.size // _THREADS))
-        halves = _bits(_device_array(wire)), _bits(_device_array(b))
+        halves = _bits(as_numba(wire)), _bits(as_numba(b))
         scale = _kernel_scale(scale, np.dtype(a.dtype))
-        _REDUCE_TO_WIRE[kind][blocks, _THREADS](halves[0], _device_array(a), halves[1], op, scale)
+        _REDUCE_TO_WIRE[kind][blocks, _THREADS](halves[0], as_numba(a), halves[1], op, scale)
 
 
 def empty(shape, dtype):
@@ -174,7 +175,7 @@ def pinned_empty(nbytes):
 
 def to_host(device_array, host_array):
     """Copy ``device_array`` into the NumPy array ``host_array``, waiting for queued kernels."""
-    _bits(_device_array(device_array)).copy_to_host(_bits(host_array))
+    _bits(as_numba(device_array)).copy_to_host(_bits(host_array))
 
 
 def finish_queued():
@@ -184,7 +185,7 @@ def finish_queued():
 
 def to_device(host_array, device_array):
     """Copy the NumPy array ``host_array`` into ``device_array``."""
-    _bits(_device_array(device_array)).copy_to_device(_bits(host_array))
+    _bits(as_numba(device_array)).copy_to_device(_bits(host_array))
 
 
 def _bits(array):
@@ -197,9 +198,55 @@ def _kernel_scale(scale, dtype):
     return dtype.type(1) if scale is None else scale  # typed, so that no product widens
 
 
-def _device_array(array):
-    """Return ``array`` as a numba device array, wrapping other CUDA arrays (CuPy...) in place."""
-    return array if getattr(array, "__cuda_ndarray__", False) else cuda.as_cuda_array(array)
+def as_numba(array):
+    """Return CUDA ``array`` (a ``DeviceView``, CuPy's...) as a numba device array over its memory.
+
+    A numba array is returned as it is.
+    """
+    if getattr(array, "__cuda_ndarray__", False):
+        return array
+    if config.ENABLE_CUDASIM:  # the simulator has no ``as_cuda_array``: its memory is the host's
+        return _simulated(array)
+    wrapped = cuda.as_cuda_array(array)
+    if isinstance(array, DeviceView) and wrapped.dtype != array.dtype:
+        wrapped = wrapped.view(array.dtype)  # bfloat16, which its interface shows as uint16
+    return wrapped
+
+
+def _simulated(array):
+    """Return the simulator's array over the host memory that CUDA ``array`` describes."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    host = np.asarray(_HostMemory(array))  # its base holds ``array``, and so the memory
+    dtype = getattr(array, "dtype", host.dtype)
+    if isinstance(dtype, np.dtype):
+        host = host.view(dtype)
+    if not host.size:  # laid out as NumPy lays out an empty array, which the simulator checks
+        host = np.empty(host.shape, host.dtype)
+    return FakeCUDAArray(host)
+
+
+class _HostMemory:
+    """A simulated CUDA array's memory, which is host memory, as NumPy's interface shows it."""
+
+    def __init__(self, array):
+        self._array = array  # held: it owns the memory
+        interface = dict(array.__cuda_array_interface__)
+        interface.pop("stream", None)
+        interface["version"] = 3
+        self.__array_interface__ = interface
+
+
+def views(array, starts, shapes) -> list:
+    """Return ``DeviceView``s of 1-D ``array``: ``shapes[i]`` from element ``starts[i]`` on.
+
+    No numba array is built for them (``kernels.device_view``).
+    """
+    base, step, dtype = address(array), np.dtype(array.dtype).itemsize, array.dtype
+    return [
+        DeviceView(base + start * step, shape, dtype, array)
+        for start, shape in zip(starts, shapes, strict=True)
+    ]
 
 
 def _shared_dtype(arrays):

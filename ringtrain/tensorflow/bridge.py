@@ -2,12 +2,13 @@
 
 Both are ``tf.numpy_function`` ops, or, where tensors go through DLPack
 (``RINGTRAIN_TF_DLPACK``, off by default), ``tf.py_function`` ops that hand the engine
-views of the tensors' memory (``ringtrain.dlpack``): numba arrays on a GPU, so that nothing
-is copied to the host first. Either way they work eagerly and inside ``tf.function``. An
-enqueue op submits to the engine and returns a token at once; a synchronize op turns the
-token back into the result. A synchronize op blocks a TensorFlow thread, so it must only
-run once every enqueue of its step has run: it takes all of their tokens as inputs, and
-then even a single inter-op thread cannot block before the last enqueue.
+views of the tensors' memory (``ringtrain.dlpack``): light views on a GPU, so that nothing
+is copied to the host first, and no numba array is built. Either way they work eagerly and
+inside ``tf.function``. An enqueue op submits to the engine and returns a token at once; a
+synchronize op turns the token back into the result. A synchronize op blocks a TensorFlow
+thread, so it must only run once every enqueue of its step has run: it takes all of their
+tokens as inputs, and then even a single inter-op thread cannot block before the last
+enqueue.
 """
 
 import itertools

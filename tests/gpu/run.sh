@@ -2,8 +2,8 @@
 # The checks and figures that need a GPU, in one bounded run: the CUDA kernels against the
 # CPU kernels on the GPU, device arrays (numba's, PyTorch's CUDA tensors, CuPy's) through the
 # engine at 1 to 4 ranks (handed to MPI itself where it says it is CUDA-aware), and the
-# kernel and allreduce benchmarks on GPU buffers. Logs and JSON go to OUT (default
-# /tmp/ringtrain-gpu).
+# kernel and allreduce benchmarks on GPU buffers (numba's, then CuPy's and PyTorch's). Logs
+# and JSON go to OUT (default /tmp/ringtrain-gpu).
 #
 #   bash tests/gpu/run.sh [OUT]
 #
@@ -81,4 +81,9 @@ allreduce 2 cuda
 allreduce 4 cuda
 step kernel-bench-4MiB 60 "$python" -m ringtrain.bench kernels --backend cuda --mib 4
 allreduce 2 cpu
+for arrays in cupy torch; do  # results of their own kind: no numba array built per result
+    step "allreduce-cuda-$arrays-np2" 100 "$mpirun" -np 2 --bind-to none "$python" -m \
+        ringtrain.bench allreduce --device cuda --gpu-arrays "$arrays" --sizes 4096,1048576 \
+        --seconds 0.4 --json "$out/allreduce-cuda-$arrays-np2.json"
+done
 exit "$status"

@@ -11,11 +11,13 @@ import collections
 import ml_dtypes
 import numpy as np
 from common import assert_equal, expected, main, rank_data
-from numba import cuda
+from numba import config, cuda
 from wire_ring import WIRES, simulate
 
 import ringtrain
-from ringtrain import api, settings
+from ringtrain import api, dlpack, settings
+from ringtrain.kernels.cuda import address, as_numba
+from ringtrain.kernels.device_view import DeviceView
 from ringtrain.transport.choice import Route
 from ringtrain.transport.device_mpi import takes_device_memory
 
@@ -76,6 +78,25 @@ def body():
             assert tuple(g.shape) == s, f"fused member {k}: shape {g.shape}, expected {s}"
             want = expected(ringtrain.Sum, [rank_data(i, s, dtype, k) for i in range(n)], dtype)
             assert_equal(_host(g, dtype), want, f"fused device {np.dtype(dtype)} member {k}")
+    # Views known by their CUDA interface alone, as the TensorFlow binding hands GPU tensors
+    # over through DLPack: their results are views too, with no numba array built for
+    # them, whether fused, lone, widened or not.
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        shapes = [(3,), (0,), (4, 5), (1,)]
+        held = [_device(rank_data(r, s, dtype, k)) for k, s in enumerate(shapes)]
+        views = [_viewed(a) for a in held]
+        assert all(type(v) is DeviceView for v in views), [type(v) for v in views]
+        handles = [
+            ringtrain.allreduce_async(v, op=ringtrain.Sum, name=f"view.{np.dtype(dtype)}.{k}")
+            for k, v in enumerate(views)
+        ]
+        got = [(ringtrain.synchronize(h), k, ringtrain.Sum) for k, h in enumerate(handles)]
+        lone = ringtrain.allreduce(views[2], op=ringtrain.Max, name=f"lone.{np.dtype(dtype)}")
+        for g, k, op in [*got, (lone, 2, ringtrain.Max)]:
+            what = f"view {np.dtype(dtype)} {op.name} member {k}"
+            assert type(g) is DeviceView and g.shape == shapes[k], f"{what}: got {g!r}"
+            want = expected(op, [rank_data(i, shapes[k], dtype, k) for i in range(n)], dtype)
+            assert_equal(_host(as_numba(g), dtype), want, what)
     # A CUDA array that is not C-contiguous is refused before any rank sends a byte.
     column = _device(rank_data(r, (4, 3), np.float32))[:, 1]
     try:
@@ -114,6 +135,13 @@ def _count_routes(transport):
 def _device(host):
     """Return a device copy of ``host``, moved as unsigned integers: numba cannot copy bfloat16."""
     return cuda.to_device(_as_unsigned(host)).view(host.dtype)
+
+
+def _viewed(array):
+    """Return a view of device ``array`` through a DLPack capsule, as TensorFlow's is read."""
+    device = (dlpack.CUDA, 0 if config.ENABLE_CUDASIM else cuda.get_current_device().id)
+    made = dlpack.capsule(address(array), array.shape, array.dtype, device, array)
+    return dlpack.view(made)
 
 
 def _host(array, dtype):
