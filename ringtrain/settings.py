@@ -61,9 +61,9 @@ class Settings:
     cuda_aware_mpi: bool | None = None
     # ringtrain.tensorflow's ops hand tensors to the engine through DLPack (tf.py_function),
     # so that GPU tensors stay on the GPU; off, through tf.numpy_function, which copies them
-    # to the host. Off until measured on a GPU: on CPU tensors it cost the MLP's training
-    # 11-14% (docs/tensorflow.md, GPU tensors). Read when a step is traced.
-    tf_dlpack: bool = False
+    # to the host. None: on where TensorFlow sees a GPU. On CPU tensors it cost the MLP's
+    # training 11-14% (docs/tensorflow.md, GPU tensors). Read when a step is traced.
+    tf_dlpack: bool | None = None
     # ringtrain.tensorflow hands a step's gradients to the engine in buckets: consecutive
     # gradients smaller than this, in backprop order, share one TensorFlow op until they
     # hold this many bytes; a larger one has an op of its own; 0 gives every gradient its

@@ -23,8 +23,9 @@ def test_environment_then_keywords_win():
     assert settings.read({"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "Yes"}).hierarchical_allreduce
     assert settings.read({"RINGTRAIN_BIND_CORES": "off"}).bind_cores is False
     assert settings.read({}).cuda_aware_mpi is None  # ask MPI
-    assert settings.read({}).tf_dlpack is False
+    assert settings.read({}).tf_dlpack is None  # where TensorFlow sees a GPU
     assert settings.read({"RINGTRAIN_TF_DLPACK": "yes"}).tf_dlpack is True
+    assert settings.read({"RINGTRAIN_TF_DLPACK": "0"}).tf_dlpack is False
     assert settings.read({"RINGTRAIN_CUDA_AWARE_MPI": "1"}).cuda_aware_mpi is True
     assert settings.read({"RINGTRAIN_CUDA_AWARE_MPI": "off"}).cuda_aware_mpi is False
     assert settings.read({"RINGTRAIN_BIND_CORES": "0"}, bind_cores=True).bind_cores is True

@@ -290,3 +290,16 @@ def test_the_training_benchmarks_application_models_hand_over_many_gradients(mod
     assert tuple(built(x[:1]).shape) == (1, 10)
     with pytest.raises(ValueError, match="unknown model 'vgg'; expected mlp, cnn, resnet50"):
         train._model_and_data("vgg", 3)
+
+
+def test_the_hand_over_goes_through_dlpack_by_default_only_where_tensorflow_sees_a_gpu(
+    monkeypatch,
+):
+    from ringtrain.tensorflow import bridge
+
+    sees = bool(tf.config.list_physical_devices("GPU"))
+    monkeypatch.delenv("RINGTRAIN_TF_DLPACK", raising=False)
+    assert bridge.through_dlpack() is sees  # before init(): the environment's settings
+    for value, want in (("1", True), ("off", False)):
+        monkeypatch.setenv("RINGTRAIN_TF_DLPACK", value)
+        assert bridge.through_dlpack() is want, value

@@ -1,16 +1,17 @@
 """The two ops between TensorFlow and the engine: one enqueues and returns, one waits.
 
 Both are ``tf.numpy_function`` ops, or, where tensors go through DLPack
-(``RINGTRAIN_TF_DLPACK``, off by default), ``tf.py_function`` ops that hand the engine
-views of the tensors' memory (``ringtrain.dlpack``): light views on a GPU, so that nothing
-is copied to the host first, and no numba array is built. Either way they work eagerly and
-inside ``tf.function``. An enqueue op submits to the engine and returns a token at once; a
-synchronize op turns the token back into the result. A synchronize op blocks a TensorFlow
-thread, so it must only run once every enqueue of its step has run: it takes all of their
-tokens as inputs, and then even a single inter-op thread cannot block before the last
-enqueue.
+(``RINGTRAIN_TF_DLPACK``, by default where TensorFlow sees a GPU), ``tf.py_function`` ops
+that hand the engine views of the tensors' memory (``ringtrain.dlpack``): light views on a
+GPU, so that nothing is copied to the host first, and no numba array is built. Either way
+they work eagerly and inside ``tf.function``. An enqueue op submits to the engine and
+returns a token at once; a synchronize op turns the token back into the result. A
+synchronize op blocks a TensorFlow thread, so it must only run once every enqueue of its
+step has run: it takes all of their tokens as inputs, and then even a single inter-op
+thread cannot block before the last enqueue.
 """
 
+import functools
 import itertools
 
 import numpy as np
@@ -81,7 +82,11 @@ def _op(func, inputs, dtypes, name):
         return tf.numpy_function(func, inputs, dtypes, stateful=True, name=name)
 
     def viewed(*tensors):
-        out = func(*(dlpack.view(tensor.__dlpack__()) for tensor in tensors))
+        arrays = [dlpack.view(tensor.__dlpack__()) for tensor in tensors]
+        _finish_gpu_work(arrays)  # TensorFlow's kernels that write them
+        out = func(*arrays)
+        results = out if isinstance(dtypes, list) else [out]
+        _finish_gpu_work(results)  # the engine's kernels that write them
         if isinstance(dtypes, list):
             return [_as_tensor(array, dtype) for array, dtype in zip(out, dtypes, strict=True)]
         return _as_tensor(out, dtypes)
@@ -92,8 +97,30 @@ def _op(func, inputs, dtypes, name):
 
 
 def through_dlpack() -> bool:
-    """Return whether ops made now hand tensors over through DLPack (``RINGTRAIN_TF_DLPACK``)."""
-    return api.active_settings().tf_dlpack
+    """Return whether ops made now hand tensors over through DLPack (``RINGTRAIN_TF_DLPACK``).
+
+    Unset, where TensorFlow sees a GPU.
+    """
+    chosen = api.active_settings().tf_dlpack
+    return _sees_a_gpu() if chosen is None else chosen
+
+
+@functools.cache
+def _sees_a_gpu() -> bool:
+    """Return True if TensorFlow sees a GPU in this process."""
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _finish_gpu_work(arrays) -> None:
+    """Wait for every kernel queued on the GPU if any of ``arrays`` lies there.
+
+    TensorFlow queues its kernels on streams of its own, and the engine on numba's default
+    stream; both run in the device's primary context, whose synchronization waits for
+    every stream. So neither side reads memory that the other's kernels still write.
+    """
+    device = next((a for a in arrays if kernels.is_device_array(a)), None)
+    if device is not None:
+        kernels.backend_for(device).finish_queued()
 
 
 def _as_tensor(array, dtype):
