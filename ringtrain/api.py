@@ -232,8 +232,8 @@ def _checked_input(tensor, what: str, allow_device: bool):
     if is_device_array(tensor):
         if not allow_device:
             raise TypeError(f"{what} takes host (NumPy) arrays; got a device array")
+        _check_device_layout(tensor, what)  # first: a strided framework array comes as it is
         check_supported(tensor.dtype)
-        _check_device_layout(tensor, what)
         return tensor
     return _host_array(tensor, what)
 

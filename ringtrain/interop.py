@@ -2,14 +2,15 @@
 
 A PyTorch tensor, a JAX or CuPy array, or any array that offers DLPack or
 ``__cuda_array_interface__`` (CUDA Array Interface) goes to the engine as a view of its
-memory: a host array as NumPy (``np.from_dlpack``), a GPU array as it is, read by numba
-through its CUDA interface. Its result comes back as an array of the same framework, over
-the result's memory: ``from_dlpack`` of the array's namespace for a host result, and its
-``asarray`` of a GPU one (a ``kernels.device_view.DeviceView``). NumPy arrays, numba
-device arrays, and inputs of other kinds (lists, scalars, TensorFlow tensors) go in as
-they are; results of NumPy arrays stay NumPy arrays, and those of numba arrays and of CUDA
-arrays of no framework come back as numba arrays. PyTorch tensors that require gradients
-are read detached: the reduction is not recorded by autograd.
+memory: a host array as NumPy (``np.from_dlpack``), a GPU array as a view read from its
+CUDA interface (``kernels.device_view.of``), with NumPy's dtype. Its result comes back as an
+array of the same framework, over the result's memory: ``from_dlpack`` of the array's
+namespace for a host result, and its ``asarray`` of a GPU one (a
+``kernels.device_view.DeviceView``). NumPy arrays, numba device arrays, and inputs of other
+kinds (lists, scalars, TensorFlow tensors) go in as they are; results of NumPy arrays stay
+NumPy arrays, and those of numba arrays and of CUDA arrays of no framework come back as
+numba arrays. PyTorch tensors that require gradients are read detached: the reduction is
+not recorded by autograd.
 """
 
 import functools
@@ -18,32 +19,38 @@ import sys
 import numpy as np
 
 from ringtrain import kernels
+from ringtrain.kernels import device_view
 from ringtrain.kernels.device_view import DeviceView
 
 
 def adopt(tensor):
     """Return ``(array, give_back)``: ``tensor`` as the engine takes it, and its results' way back.
 
-    ``array`` is a NumPy view of a host array of another framework, or ``tensor`` itself;
+    ``array`` is a NumPy view of a host array of another framework, a ``DeviceView`` of a
+    GPU one (unless it is strided: then the array itself, which the API refuses), or
+    ``tensor`` itself;
     ``give_back(result)`` returns a result as ``tensor``'s kind (a numba array for a CUDA
     array of no framework), or is None where results go back as they are.
     """
     # A DeviceView is the TensorFlow binding's: its results stay views.
     if isinstance(tensor, (np.ndarray, np.generic, DeviceView)):
         return tensor, None
-    # numba's device arrays (its simulator's too, which pass NumPy's attributes on) and
-    # CUDA arrays of no framework go in as they are; their results, views of device memory,
-    # come back as numba arrays.
-    namespace = None if getattr(tensor, "__cuda_ndarray__", False) else _namespace(tensor)
+    # numba's device arrays (its simulator's too, which pass NumPy's attributes on) go in as
+    # they are, CUDA arrays of no framework as views; the results of both, views of device
+    # memory, come back as numba arrays.
+    if getattr(tensor, "__cuda_ndarray__", False):
+        return tensor, kernels.backend_for(tensor).as_numba
+    namespace = _namespace(tensor)
     if namespace is None:
         if kernels.is_device_array(tensor):
-            return tensor, kernels.backend_for(tensor).as_numba
+            return device_view.of(tensor), kernels.backend_for(tensor).as_numba
         return tensor, None
     detach = getattr(tensor, "detach", None)  # PyTorch: a tensor that requires gradients
     if callable(detach):
         tensor = detach()
     if kernels.is_device_array(tensor):
-        return tensor, functools.partial(_device_result, namespace)
+        # Read through its interface: the engine sees NumPy's dtypes, not torch.float32.
+        return device_view.of(tensor), functools.partial(_device_result, namespace)
     return _host_view(tensor), functools.partial(_host_result, namespace)
 
 

@@ -58,10 +58,39 @@ def test_cuda_arrays_of_no_framework_get_numba_results_and_the_bindings_views_st
     from ringtrain.kernels import cuda as backend
 
     class CudaArrayLike:
-        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (0, False)}
+        def __init__(self, strides=None):
+            self.__cuda_array_interface__ = {
+                "shape": (2, 3), "typestr": "<f4", "data": (4096, False), "strides": strides,
+                "version": 3,
+            }  # fmt: skip
 
     foreign = CudaArrayLike()
     adopted, give_back = interop.adopt(foreign)
-    assert adopted is foreign and give_back is backend.as_numba
+    assert type(adopted) is DeviceView and adopted.owner is foreign
+    assert (adopted.address, adopted.shape, adopted.dtype) == (4096, (2, 3), np.float32)
+    assert give_back is backend.as_numba
+    strided = CudaArrayLike(strides=(4, 8))  # a transposed layout: the API refuses it
+    assert interop.adopt(strided)[0] is strided
     view = DeviceView(0, (2,), np.float32, None)
     assert interop.adopt(view) == (view, None)
+
+
+def test_a_gpu_array_of_a_framework_goes_in_with_numpys_dtype_and_comes_back_as_its_kind():
+    class Namespace:
+        @staticmethod
+        def asarray(result):
+            return ("made by the framework", result)
+
+    class FrameworkGpuArray:  # as a PyTorch CUDA tensor: its dtype is no NumPy dtype
+        dtype = "framework.float16"
+        __cuda_array_interface__ = {
+            "shape": (5,), "typestr": "<f2", "data": (8192, False), "version": 3,
+        }  # fmt: skip
+
+        def __array_namespace__(self):
+            return Namespace
+
+    tensor = FrameworkGpuArray()
+    adopted, give_back = interop.adopt(tensor)
+    assert type(adopted) is DeviceView and adopted.dtype == np.float16 and adopted.owner is tensor
+    assert give_back(adopted) == ("made by the framework", adopted)

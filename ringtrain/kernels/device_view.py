@@ -14,6 +14,8 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ringtrain import kernels
+
 
 class DeviceView:
     """``shape`` elements of ``dtype``, compact and row-major, at device ``address``.
@@ -77,3 +79,15 @@ class DeviceView:
 
     def __repr__(self) -> str:
         return f"DeviceView(shape={self.shape}, dtype={self.dtype}, address={self.address:#x})"
+
+
+def of(array):
+    """Return a view of CUDA ``array`` (CuPy's, PyTorch's...) read from its interface.
+
+    The view carries NumPy's dtype, whatever ``array``'s framework calls it. An array that
+    is not C-contiguous is returned as it is, for the caller to refuse naming its layout.
+    """
+    if not kernels.is_c_contiguous(array):
+        return array
+    interface = array.__cuda_array_interface__
+    return DeviceView(interface["data"][0], interface["shape"], interface["typestr"], array)

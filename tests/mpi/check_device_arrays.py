@@ -97,6 +97,32 @@ def body():
             assert type(g) is DeviceView and g.shape == shapes[k], f"{what}: got {g!r}"
             want = expected(op, [rank_data(i, shapes[k], dtype, k) for i in range(n)], dtype)
             assert_equal(_host(as_numba(g), dtype), want, what)
+    # A GPU array of another framework (as CuPy's or PyTorch's, whose dtypes NumPy cannot
+    # read) goes in as a view, fused, lone and into an out= of its kind, and its results
+    # come back as its kind; a strided one is refused, naming its layout.
+    shapes = [(0,), (1,), (37, 3)]
+    mine = [
+        _Framework.asarray(_device(rank_data(r, s, np.float32, k))) for k, s in enumerate(shapes)
+    ]
+    wants = [
+        expected(ringtrain.Sum, [rank_data(i, s, np.float32, k) for i in range(n)], np.float32)
+        for k, s in enumerate(shapes)
+    ]
+    grouped = ringtrain.grouped_allreduce(mine, op=ringtrain.Sum, name="framework group")
+    lone = ringtrain.allreduce(mine[2], op=ringtrain.Sum, name="framework lone")
+    out = _Framework.asarray(_device(np.zeros((37, 3), np.float32)))
+    into = ringtrain.allreduce(mine[2], op=ringtrain.Sum, out=out, name="framework out")
+    assert into is out, f"out= gave back a {type(into).__name__}"
+    for k, got in [*enumerate(grouped), (2, lone), (2, into)]:
+        assert type(got) is _FrameworkArray, f"framework member {k}: got {type(got).__name__}"
+        assert_equal(_host(got.base, np.float32), wants[k], f"framework member {k}")
+    strided = _Framework.asarray(_device(rank_data(r, (4, 3), np.float32))[:, 1])
+    try:
+        ringtrain.allreduce(strided, name="framework column")
+    except ValueError as err:
+        assert "a CUDA array of shape (4,) must be C-contiguous" in str(err), err
+    else:
+        raise AssertionError("a strided framework array was accepted")
     # A CUDA array that is not C-contiguous is refused before any rank sends a byte.
     column = _device(rank_data(r, (4, 3), np.float32))[:, 1]
     try:
@@ -135,6 +161,47 @@ def _count_routes(transport):
 def _device(host):
     """Return a device copy of ``host``, moved as unsigned integers: numba cannot copy bfloat16."""
     return cuda.to_device(_as_unsigned(host)).view(host.dtype)
+
+
+class _FrameworkArray:
+    """A GPU array of a framework of its own, as CuPy's or PyTorch's: its CUDA interface only.
+
+    Its dtype is the framework's name for it, which NumPy cannot read (as ``torch.float32``).
+    """
+
+    def __init__(self, base):
+        self.base = base  # a numba array: its memory
+        self.dtype = f"framework.{np.dtype(base.dtype)}"
+        self.shape = tuple(base.shape)
+        itemsize = np.dtype(base.dtype).itemsize
+        strides = tuple(base.strides)
+        compact = tuple(
+            itemsize * int(np.prod(self.shape[i + 1 :])) for i in range(len(self.shape))
+        )
+        self.__cuda_array_interface__ = {
+            "shape": self.shape,
+            "typestr": np.dtype(base.dtype).str,
+            "data": (address_of(base), False),
+            "strides": None if strides == compact else strides,
+            "version": 3,
+        }
+
+    def __array_namespace__(self):
+        return _Framework
+
+
+class _Framework:
+    """The namespace of ``_FrameworkArray``: ``asarray`` over any CUDA array's memory."""
+
+    @staticmethod
+    def asarray(array):
+        return _FrameworkArray(as_numba(array))
+
+
+def address_of(array):
+    """Return the address of numba ``array``'s first element, whatever its layout."""
+    interface = getattr(array, "__cuda_array_interface__", None)
+    return array.__array_interface__["data"][0] if interface is None else interface["data"][0]
 
 
 def _viewed(array):
