@@ -19,6 +19,7 @@ from ringtrain.kernels.device_view import DeviceView
 
 CPU, CUDA = 1, 2  # DLPack's kDLCPU and kDLCUDA
 _NAME = b"dltensor"
+_VERSIONED_NAME = b"dltensor_versioned"  # DLPack 1.0's capsule (mpi4py 4 asks for it)
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6  # DLPack's type codes
 
 
@@ -51,6 +52,24 @@ _Managed._fields_ = [
     ("dl_tensor", _Tensor),
     ("manager_ctx", ctypes.c_void_p),
     ("deleter", _Deleter),
+]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _ManagedVersioned(ctypes.Structure):
+    """DLPack 1.0's ``DLManagedTensorVersioned``, which consumers that ask for 1.0 want."""
+
+
+_VersionedDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ManagedVersioned))
+_ManagedVersioned._fields_ = [
+    ("version", _Version),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _VersionedDeleter),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", _Tensor),
 ]
 
 # Prototypes of their own, not ``ctypes.pythonapi``'s shared ones, which other code may set.
@@ -131,17 +150,18 @@ class _Described:
         self.__cuda_array_interface__ = {**interface, "stream": None}
 
 
-def capsule(address: int, shape, dtype, device: tuple[int, int], owner):
+def capsule(address: int, shape, dtype, device: tuple[int, int], owner, versioned=False):
     """Return a DLPack capsule over the compact row-major array at ``address``.
 
     ``device``: (DLPack device type, device id). ``owner`` holds the memory, and is held
     until whoever takes the capsule calls its deleter, or until the capsule is dropped
-    untaken.
+    untaken. ``versioned``: DLPack 1.0's capsule (writable, not a copy), for a taker that
+    asks for ``max_version`` 1.0 or later; else the one before, which TensorFlow takes.
     """
     dtype = np.dtype(dtype)
     code, bits = _code(dtype)
     shape = tuple(int(n) for n in shape)
-    managed = _Managed()
+    managed = _ManagedVersioned(version=_Version(1, 0)) if versioned else _Managed()
     dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
     tensor = managed.dl_tensor
     tensor.data = address
@@ -152,6 +172,9 @@ def capsule(address: int, shape, dtype, device: tuple[int, int], owner):
     held = (managed, dims, owner)
     _incref(held)  # let go by _delete, called once: by the taker, or by the destructor
     managed.manager_ctx = id(held)
+    if versioned:
+        managed.deleter = _DELETE_VERSIONED
+        return _new_capsule(ctypes.addressof(managed), _VERSIONED_NAME, _VERSIONED_DESTRUCTOR)
     managed.deleter = _DELETE
     return _new_capsule(ctypes.addressof(managed), _NAME, _DESTRUCTOR)
 
@@ -165,14 +188,23 @@ def _delete(managed, cast=ctypes.cast, as_object=ctypes.py_object, decref=_decre
     decref(cast(managed.contents.manager_ctx, as_object).value)
 
 
-def _destroy(address, is_valid=_is_valid, pointer=_address_pointer, cast=ctypes.cast):
-    """Delete a capsule made here unless a framework took it: its destructor (see ``_delete``)."""
-    if is_valid(address, _NAME):  # a taker renames it to "used_dltensor"
-        managed = cast(pointer(address, _NAME), _MANAGED_POINTER)
-        managed.contents.deleter(managed)
+def _destructor(name, managed_type):
+    """Return the destructor of capsules named ``name``, over a ``managed_type``, as C calls it.
+
+    It deletes a capsule made here unless a framework took it (see ``_delete``). The
+    C function is kept in the returned pair: C holds only its address.
+    """
+
+    def destroy(address, is_valid=_is_valid, pointer=_address_pointer, cast=ctypes.cast):
+        if is_valid(address, name):  # a taker renames it to "used_" + name
+            managed = cast(pointer(address, name), ctypes.POINTER(managed_type))
+            managed.contents.deleter(managed)
+
+    function = ctypes.CFUNCTYPE(None, _P)(destroy)
+    return function, ctypes.cast(function, _P).value
 
 
-_MANAGED_POINTER = ctypes.POINTER(_Managed)
 _DELETE = _Deleter(_delete)
-_DESTROY = ctypes.CFUNCTYPE(None, _P)(_destroy)  # kept: C holds only its address
-_DESTRUCTOR = ctypes.cast(_DESTROY, _P).value
+_DELETE_VERSIONED = _VersionedDeleter(_delete)
+_DESTROY, _DESTRUCTOR = _destructor(_NAME, _Managed)
+_DESTROY_VERSIONED, _VERSIONED_DESTRUCTOR = _destructor(_VERSIONED_NAME, _ManagedVersioned)

@@ -4,13 +4,12 @@ A PyTorch tensor, a JAX or CuPy array, or any array that offers DLPack or
 ``__cuda_array_interface__`` (CUDA Array Interface) goes to the engine as a view of its
 memory: a host array as NumPy (``np.from_dlpack``), a GPU array as a view read from its
 CUDA interface (``kernels.device_view.of``), with NumPy's dtype. Its result comes back as an
-array of the same framework, over the result's memory: ``from_dlpack`` of the array's
-namespace for a host result, and its ``asarray`` of a GPU one (a
-``kernels.device_view.DeviceView``). NumPy arrays, numba device arrays, and inputs of other
-kinds (lists, scalars, TensorFlow tensors) go in as they are; results of NumPy arrays stay
-NumPy arrays, and those of numba arrays and of CUDA arrays of no framework come back as
-numba arrays. PyTorch tensors that require gradients are read detached: the reduction is
-not recorded by autograd.
+array of the same framework, over the result's memory, through ``from_dlpack`` of the
+array's namespace (a GPU result is a ``kernels.device_view.DeviceView``). NumPy arrays,
+numba device arrays, and inputs of other kinds (lists, scalars, TensorFlow tensors) go in
+as they are; results of NumPy arrays stay NumPy arrays, and those of numba arrays and of
+CUDA arrays of no framework come back as numba arrays. PyTorch tensors that require
+gradients are read detached: the reduction is not recorded by autograd.
 """
 
 import functools
@@ -101,5 +100,8 @@ def _host_result(namespace, result):
 
 
 def _device_result(namespace, result):
-    """Return the GPU ``result`` (a CUDA array) as an array of ``namespace``, without a copy."""
-    return namespace.asarray(result)
+    """Return the GPU ``result`` (a ``DeviceView``) as an array of ``namespace``, without a copy.
+
+    Through DLPack, which JAX takes where it takes no CUDA interface.
+    """
+    return namespace.from_dlpack(result)

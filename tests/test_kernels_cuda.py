@@ -228,6 +228,25 @@ def test_views_of_a_device_array_are_its_pieces_and_read_back_through_numba(gpu,
 
 
 @device_case
+def test_a_view_exports_its_memory_through_dlpack_and_refuses_a_copy(gpu):
+    from ringtrain import dlpack
+
+    data = np.arange(12, dtype=dtypes.bfloat16)
+    view = gpu.views(on_device(data), [4], [(2, 3)])[0]
+    assert view.__dlpack_device__() == (dlpack.CUDA, gpu.device_id())
+    seen = dlpack.view(view.__dlpack__(stream=1))
+    assert type(seen) is DeviceView and seen.owner.address == view.address
+    assert (seen.address, seen.shape, seen.dtype) == (view.address, (2, 3), dtypes.bfloat16)
+    assert_same_bits(gpu.as_numba(seen), data[4:10].reshape(2, 3))
+    assert "dltensor_versioned" in repr(view.__dlpack__(max_version=(1, 0)))  # as mpi4py asks
+    assert "dltensor_versioned" not in repr(view.__dlpack__(max_version=(0, 8)))
+    with pytest.raises(BufferError, match="uncopied"):
+        view.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="uncopied"):
+        view.__dlpack__(dl_device=(dlpack.CPU, 0))
+
+
+@device_case
 def test_pack_and_unpack_take_views_as_they_take_numba_arrays(gpu):
     rng = np.random.default_rng(4)
     sources = [random_array(F32, shape, rng) for shape in [(4,), (0,), (2, 3)]]

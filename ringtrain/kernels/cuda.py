@@ -178,6 +178,11 @@ def to_host(device_array, host_array):
     _bits(as_numba(device_array)).copy_to_host(_bits(host_array))
 
 
+def device_id() -> int:
+    """Return the id of this thread's current GPU (0 in the simulator, which has one)."""
+    return 0 if config.ENABLE_CUDASIM else cuda.get_current_device().id
+
+
 def finish_queued():
     """Wait for every kernel queued on the GPU: before a library reads its memory off the stream."""
     cuda.synchronize()

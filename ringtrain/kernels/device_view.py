@@ -65,6 +65,33 @@ class DeviceView:
             "version": 3,
         }
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Return a DLPack capsule over the view's memory, which holds the view.
+
+        DLPack 1.0's where the taker asks for ``max_version`` 1.0 or later (as mpi4py 4
+        does, and then refuses the older capsule), else the one before.
+
+        Every kernel queued on the GPU finishes first, whatever ``stream`` the taker reads
+        on (a stream of its own, which the engine's default stream does not order).
+        ``copy=True`` and another ``dl_device`` are refused, as the protocol allows.
+        """
+        from ringtrain import dlpack  # here: dlpack imports this module
+        from ringtrain.kernels import cuda as backend
+
+        device = self.__dlpack_device__()
+        if copy or (dl_device is not None and tuple(dl_device) != device):
+            raise BufferError(f"a DeviceView exports its own memory on {device} only, uncopied")
+        backend.finish_queued()
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        return dlpack.capsule(self.address, self.shape, self.dtype, device, self, versioned)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """Return (DLPack's CUDA device type, the current GPU's id): where the memory is."""
+        from ringtrain import dlpack
+        from ringtrain.kernels import cuda as backend
+
+        return dlpack.CUDA, backend.device_id()
+
     def reshape(self, *shape) -> "DeviceView":
         """Return a view of the same elements in ``shape``, which may hold one -1."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):

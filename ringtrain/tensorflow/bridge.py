@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from ringtrain import api, dlpack, kernels
 from ringtrain.errors import RingtrainError
+from ringtrain.kernels import device_view
 from ringtrain.tensorflow import compat, errors
 
 _TENSOR_ALIGNMENT = 64  # bytes: TensorFlow's CPU kernels check it (Eigen's largest)
@@ -85,8 +86,6 @@ def _op(func, inputs, dtypes, name):
         arrays = [dlpack.view(tensor.__dlpack__()) for tensor in tensors]
         _finish_gpu_work(arrays)  # TensorFlow's kernels that write them
         out = func(*arrays)
-        results = out if isinstance(dtypes, list) else [out]
-        _finish_gpu_work(results)  # the engine's kernels that write them
         if isinstance(dtypes, list):
             return [_as_tensor(array, dtype) for array, dtype in zip(out, dtypes, strict=True)]
         return _as_tensor(out, dtypes)
@@ -116,7 +115,8 @@ def _finish_gpu_work(arrays) -> None:
 
     TensorFlow queues its kernels on streams of its own, and the engine on numba's default
     stream; both run in the device's primary context, whose synchronization waits for
-    every stream. So neither side reads memory that the other's kernels still write.
+    every stream. So the engine reads no tensor that TensorFlow's kernels still write (and
+    ``DeviceView.__dlpack__`` waits the same way before TensorFlow reads a result).
     """
     device = next((a for a in arrays if kernels.is_device_array(a)), None)
     if device is not None:
@@ -131,18 +131,14 @@ def _as_tensor(array, dtype):
     result's memory over (see ``exchange.allreduce_gradients`` on results that TensorFlow
     may write into).
     """
-    if kernels.is_device_array(array):
-        from numba import cuda
-
-        address = kernels.backend_for(array).address(array)  # refuses a strided array
-        device = (dlpack.CUDA, cuda.get_current_device().id)
+    if kernels.is_device_array(array):  # the engine's results are views (or an out= of one)
+        capsule = device_view.of(array).__dlpack__()  # its kernels finish first
     elif _taken_over(array):
-        address, device = array.ctypes.data, (dlpack.CPU, 0)
+        host = (dlpack.CPU, 0)
+        capsule = dlpack.capsule(array.ctypes.data, array.shape, array.dtype, host, array)
     else:
         return tf.convert_to_tensor(array, dtype)
-    return tf.experimental.dlpack.from_dlpack(
-        dlpack.capsule(address, array.shape, array.dtype, device, array)
-    )
+    return tf.experimental.dlpack.from_dlpack(capsule)
 
 
 def _taken_over(array) -> bool:

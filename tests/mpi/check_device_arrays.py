@@ -11,12 +11,12 @@ import collections
 import ml_dtypes
 import numpy as np
 from common import assert_equal, expected, main, rank_data
-from numba import config, cuda
+from numba import cuda
 from wire_ring import WIRES, simulate
 
 import ringtrain
 from ringtrain import api, dlpack, settings
-from ringtrain.kernels.cuda import address, as_numba
+from ringtrain.kernels.cuda import address, as_numba, device_id
 from ringtrain.kernels.device_view import DeviceView
 from ringtrain.transport.choice import Route
 from ringtrain.transport.device_mpi import takes_device_memory
@@ -191,11 +191,16 @@ class _FrameworkArray:
 
 
 class _Framework:
-    """The namespace of ``_FrameworkArray``: ``asarray`` over any CUDA array's memory."""
+    """The namespace of ``_FrameworkArray``: ``asarray`` and ``from_dlpack``, without a copy."""
 
     @staticmethod
     def asarray(array):
         return _FrameworkArray(as_numba(array))
+
+    @staticmethod
+    def from_dlpack(array):
+        assert array.__dlpack_device__() == (dlpack.CUDA, device_id()), array.__dlpack_device__()
+        return _FrameworkArray(as_numba(dlpack.view(array.__dlpack__(stream=1))))
 
 
 def address_of(array):
@@ -206,7 +211,7 @@ def address_of(array):
 
 def _viewed(array):
     """Return a view of device ``array`` through a DLPack capsule, as TensorFlow's is read."""
-    device = (dlpack.CUDA, 0 if config.ENABLE_CUDASIM else cuda.get_current_device().id)
+    device = (dlpack.CUDA, device_id())
     made = dlpack.capsule(address(array), array.shape, array.dtype, device, array)
     return dlpack.view(made)
 
