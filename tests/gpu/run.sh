@@ -7,6 +7,11 @@
 #
 #   bash tests/gpu/run.sh [OUT]
 #
+# The whole run can take longer than one command may run on the lent machine (10 minutes);
+# STEPS runs only the steps it names, e.g. STEPS="gpu versions kernel-tests engine-tests",
+# then STEPS="kernel-bench-64MiB allreduce-cuda-np2 allreduce-cuda-np4 kernel-bench-4MiB
+# allreduce-cpu-np2 allreduce-cuda-cupy-np2 allreduce-cuda-torch-np2".
+#
 # It runs on a python3 that has numba-cuda, numpy, ml_dtypes and pytest. Wheels in .whl/ (the
 # tested versions of Open MPI, mpi4py and numpy: numba-cuda 0.30 fails to compile on numpy 2.5)
 # are installed into a virtual environment at /tmp/ringtrain-gpu-env that also sees that
@@ -28,6 +33,7 @@ status=0
 step() {  # step NAME SECONDS COMMAND...: run COMMAND bounded, its output added to steps.log
     local name=$1 seconds=$2
     shift 2
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return 0; fi
     local start=$SECONDS log
     log=$(mktemp)
     timeout -k 10 "$seconds" "$@" >"$log" 2>&1
