@@ -102,6 +102,7 @@ def _host_result(namespace, result):
 def _device_result(namespace, result):
     """Return the GPU ``result`` (a ``DeviceView``) as an array of ``namespace``, without a copy.
 
-    Through DLPack, which JAX takes where it takes no CUDA interface.
+    Through DLPack, which JAX takes where it takes no CUDA interface. The kernels that
+    wrote it have finished, so the framework may read it on any stream.
     """
     return namespace.from_dlpack(result)

@@ -78,7 +78,7 @@ def test_cuda_arrays_of_no_framework_get_numba_results_and_the_bindings_views_st
 def test_a_gpu_array_of_a_framework_goes_in_with_numpys_dtype_and_comes_back_as_its_kind():
     class Namespace:
         @staticmethod
-        def asarray(result):
+        def from_dlpack(result):
             return ("made by the framework", result)
 
     class FrameworkGpuArray:  # as a PyTorch CUDA tensor: its dtype is no NumPy dtype

@@ -221,6 +221,8 @@ class Executor:
         starts, shapes = [offsets[i] for i in fresh], [here[i].shape for i in fresh]
         views = iter(backend.views(result, starts, shapes))
         outputs = [member.out if member.out is not None else next(views) for member in here]
+        # Once: a result is written when its handle completes, whatever stream reads it.
+        backend.finish_queued()
         return self._unit_results(unit, here, outputs, (start, packed, reduced, gathered))
 
     def _present(self, unit, plan, buffer, backend=_CPU):

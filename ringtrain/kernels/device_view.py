@@ -69,19 +69,16 @@ class DeviceView:
         """Return a DLPack capsule over the view's memory, which holds the view.
 
         DLPack 1.0's where the taker asks for ``max_version`` 1.0 or later (as mpi4py 4
-        does, and then refuses the older capsule), else the one before.
-
-        Every kernel queued on the GPU finishes first, whatever ``stream`` the taker reads
-        on (a stream of its own, which the engine's default stream does not order).
-        ``copy=True`` and another ``dl_device`` are refused, as the protocol allows.
+        does, and then refuses the older capsule), else the one before. The taker may read
+        on any ``stream``: the engine hands out a result only once the kernels that write
+        it have finished (``Executor``). ``copy=True`` and another ``dl_device`` are
+        refused, as the protocol allows.
         """
         from ringtrain import dlpack  # here: dlpack imports this module
-        from ringtrain.kernels import cuda as backend
 
         device = self.__dlpack_device__()
         if copy or (dl_device is not None and tuple(dl_device) != device):
             raise BufferError(f"a DeviceView exports its own memory on {device} only, uncopied")
-        backend.finish_queued()
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
         return dlpack.capsule(self.address, self.shape, self.dtype, device, self, versioned)
 

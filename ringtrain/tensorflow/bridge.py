@@ -116,7 +116,7 @@ def _finish_gpu_work(arrays) -> None:
     TensorFlow queues its kernels on streams of its own, and the engine on numba's default
     stream; both run in the device's primary context, whose synchronization waits for
     every stream. So the engine reads no tensor that TensorFlow's kernels still write (and
-    ``DeviceView.__dlpack__`` waits the same way before TensorFlow reads a result).
+    the engine waits the same way before it hands out a result: ``Executor``).
     """
     device = next((a for a in arrays if kernels.is_device_array(a)), None)
     if device is not None:
@@ -132,7 +132,7 @@ def _as_tensor(array, dtype):
     may write into).
     """
     if kernels.is_device_array(array):  # the engine's results are views (or an out= of one)
-        capsule = device_view.of(array).__dlpack__()  # its kernels finish first
+        capsule = device_view.of(array).__dlpack__()  # its kernels have finished
     elif _taken_over(array):
         host = (dlpack.CPU, 0)
         capsule = dlpack.capsule(array.ctypes.data, array.shape, array.dtype, host, array)
