@@ -1,12 +1,12 @@
-"""A light view of GPU memory: a compact array known by its CUDA Array Interface alone.
+"""A light view of GPU memory: a compact array known by its address, shape and dtype alone.
 
 A numba device array costs tens of microseconds of Python to build (25-45 µs a result on
 the H200 of docs/benchmarks.md, "On a GPU"), so a fused response's 200 results as numba
 arrays cost milliseconds. A ``DeviceView`` is one small object: an address, a shape, a dtype
-and the object that owns the memory, offered as ``__cuda_array_interface__``, which CuPy,
-PyTorch, mpi4py, numba and the CUDA backend's kernels read. Results of device allreduces
-are views; a caller that handed in numba arrays gets numba arrays back when it takes them
-(``kernels.cuda.as_numba``), and a TensorFlow tensor is made over a view's address.
+and the object that owns the memory, offered as ``__cuda_array_interface__`` (which numba
+and the CUDA backend's kernels read) and through DLPack (which mpi4py 4 prefers, and CuPy,
+PyTorch, JAX and TensorFlow take). Results of device allreduces are views; a caller that
+handed in numba arrays gets numba arrays back when it takes them (``kernels.cuda.as_numba``).
 """
 
 import math
