@@ -305,6 +305,9 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
     ("script", "slots", "settings"),
     [
         ("check_allreduce.py", SLOTS, {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),
+        # Two ranks exchange their buffers instead of running the ring, sends in flight
+        # chosen by the link rate they time.
+        ("check_allreduce.py", [1, 1], {}),
         # Hosts of one size: every rank carries its segment across hosts. (Hosts of different
         # sizes go through their first ranks: the training test above, and the 16-bit ring
         # on pretend hosts, tests/mpi/check_wire16_hosts.py.)
@@ -321,6 +324,7 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
     ],
     ids=[
         "allreduce-flat",
+        "allreduce-pair",
         "allreduce-hierarchical-2x2",
         "collectives",
         "chunk-trial",
