@@ -1,10 +1,10 @@
-"""The message ring's send queue: its order, its depth, and the link rate it times."""
+"""The message transport's send queue, and a two-rank exchange's pieces and timed rate."""
 
 import numpy as np
 from mpi4py import MPI
 
 from ringtrain.transport import messages
-from ringtrain.transport.messages import _SendQueue
+from ringtrain.transport.messages import _arrival_rate, _SendQueue, pair_piece_elements
 
 _TAG = 21
 _TIMED = messages._TIMED_SEND_BYTES // 4  # float32 elements of the smallest timed send
@@ -76,3 +76,23 @@ def test_small_sends_are_not_timed():
     clock.now = 1.0
     _receive_all(comm, queue, [small])
     assert queue.rate() is None
+
+
+def test_an_exchange_of_up_to_2_mib_goes_in_32_kib_pieces():
+    mib = 1 << 18  # float32 elements of 1 MiB
+    piece = 8192
+    assert pair_piece_elements(mib, 2 * mib, 4) == piece  # 2 MiB: 64 pieces
+    assert pair_piece_elements(mib, 1, 4) == piece
+    assert pair_piece_elements(mib, 0, 4) == piece
+    assert pair_piece_elements(mib, mib, 2) == 2 * piece  # 16-bit values: 2 MiB
+    assert pair_piece_elements(1024, mib, 4) == 1024  # a smaller chunk setting wins
+    # Past 2 MiB, the ring's rule: a Python step per piece costs more than it saves.
+    assert pair_piece_elements(mib, 2 * mib + 1, 4) == messages.piece_elements(mib, 2 * mib + 1, 4)
+    assert pair_piece_elements(mib, 8 * mib, 4) == mib
+
+
+def test_an_exchange_times_what_arrived_after_its_first_piece():
+    least = messages._TIMED_SEND_BYTES
+    assert _arrival_rate(least, 2_000_000) == least / 2e-3
+    assert _arrival_rate(least - 1, 2_000_000) is None  # too few bytes: latency rules them
+    assert _arrival_rate(least, 0) is None  # one burst noticed at once: no time to divide
