@@ -305,8 +305,8 @@ def test_an_elastic_job_goes_on_without_a_host_that_froze(cluster, tmp_path):
     ("script", "slots", "settings"),
     [
         ("check_allreduce.py", SLOTS, {"RINGTRAIN_HIERARCHICAL_ALLREDUCE": "0"}),
-        # Two ranks exchange their buffers instead of running the ring, sends in flight
-        # chosen by the link rate they time.
+        # Two ranks exchange their buffers instead of running the ring, in 32 KiB pieces up
+        # to 2 MiB, with the sends in flight that the link rate they time calls for.
         ("check_allreduce.py", [1, 1], {}),
         # Hosts of one size: every rank carries its segment across hosts. (Hosts of different
         # sizes go through their first ranks: the training test above, and the 16-bit ring
