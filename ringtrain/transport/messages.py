@@ -41,9 +41,11 @@ MIN_WINDOW = 4  # receives posted ahead of the one being reduced, at the least
 SLOW_LINK_BYTES_PER_S = 250e6  # 2 Gbit/s: below it, a link is slow
 # Sends of a two-rank exchange (``_pair``) in flight at once where the link is not slow:
 # it forwards nothing, so no send waits behind another that it needs first. At 10 Gbit/s,
-# 2 hosts x 1 rank, the exchange alone, timed in turns with two in flight in one launch:
-# 1 MiB in 0.92-0.94 ms against 1.00-1.06, 2 MiB in 1.79-1.83 against 1.95-2.01, 4 MiB in
-# 3.62 against 3.95; three, eight or every send in flight measured alike within the noise.
+# 2 hosts x 1 rank, the exchange alone, timed in turns with two in flight in one launch,
+# in 256 KiB pieces (before PAIR_PIECE_BYTES): 1 MiB in 0.92-0.94 ms against 1.00-1.06,
+# 2 MiB in 1.79-1.83 against 1.95-2.01, 4 MiB in 3.62 against 3.95; three, eight or every
+# send in flight measured alike within the noise, and four against eight alike in 32 KiB
+# pieces.
 PAIR_IN_FLIGHT = 4
 # A two-rank exchange of at most PAIR_SMALL_BYTES cuts pieces of PAIR_PIECE_BYTES (or the
 # ring chunk, if smaller), so that all but the last piece is reduced while the bytes still
@@ -286,8 +288,8 @@ class MessageTransport:
                 posted.append(receive(number + window))
         reduced = time.perf_counter_ns()
         sends.wait_for(sends.queued, self._waiter, peers, what)
-        arrived = (src.nbytes - pieces[0][1] * src.itemsize, arrival - first_arrival)
-        self._link_rate = _arrival_rate(*arrived) or self._link_rate
+        after_first = src.nbytes - pieces[0][1] * src.itemsize
+        self._link_rate = _arrival_rate(after_first, arrival - first_arrival) or self._link_rate
         return reduced
 
     def broadcast_chunks(self, array, root: int) -> None:
