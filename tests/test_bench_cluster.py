@@ -34,6 +34,17 @@ def test_a_delay_takes_a_unit_of_time():
         netns.check_delay("2")
 
 
+@pytest.mark.parametrize(("text", "size"), [("256kb", 256 << 10), ("2MB", 2 << 20), ("9b", 9)])
+def test_a_burst_is_read_as_tc_writes_it(text, size):
+    assert netns.parse_burst(text) == size
+
+
+@pytest.mark.parametrize("text", ["256", "0kb", "1.5mb", "256kbit", ""])
+def test_a_bad_burst_is_refused_by_name(text):
+    with pytest.raises(ValueError, match=f"burst {text!r}: expected a positive whole number"):
+        netns.parse_burst(text)
+
+
 def _cluster(*options, prefix=()):
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
@@ -46,6 +57,9 @@ def test_bad_options_are_refused_naming_them():
     done = _cluster("--hosts", "1", "--ranks-per-host", "2,0")
     assert done.returncode == 2
     assert "argument --hosts: 1 hosts: expected at least 2" in done.stderr
+    done = _cluster("--burst", "lots")
+    assert done.returncode == 2
+    assert "argument --burst: burst 'lots': expected a positive whole number" in done.stderr
 
 
 def test_it_refuses_without_root_and_says_so():

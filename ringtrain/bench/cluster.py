@@ -47,6 +47,12 @@ def add_arguments(parser) -> None:
         help="each host's link, both ways (default 1gbit)",
     )
     parser.add_argument(
+        "--burst",
+        type=_checked(_burst),
+        help="each link's token bucket, e.g. 256kb for a strict link (default: 2 ms of the "
+        "rate, 256 KiB at least)",
+    )
+    parser.add_argument(
         "--delay",
         type=_checked(netns.check_delay),
         help="one-way delay added to what each host sends, e.g. 1ms",
@@ -104,12 +110,13 @@ def run(args) -> int:
 
 def _measure(args, hosts):
     names, addresses = list(hosts), list(hosts.values())
-    netns.limit_links(names, args.rate, args.delay, args.prefix)
+    netns.limit_links(names, args.rate, args.delay, args.prefix, args.burst)
     ceiling, note = tcp_ceiling(names[1], addresses[1], names[0], args.iperf_seconds)
     result = {
         "hosts": args.hosts,
         "rate": args.rate,
         "rate_bits_per_s": netns.parse_rate(args.rate),
+        "burst": args.burst,
         "delay": args.delay,
         "tcp_ceiling_bits_per_s": ceiling,
         "runs": [],
@@ -219,7 +226,11 @@ def _link_fractions(row, result):
 
 def _print_header(result, note):
     delay = f", {result['delay']} one-way delay" if result["delay"] else ""
-    print(f"{result['hosts']} test hosts, each link capped at {result['rate']} both ways{delay}")
+    burst = f", a {result['burst']} burst" if result["burst"] else ""
+    print(
+        f"{result['hosts']} test hosts, each link capped at {result['rate']} both ways"
+        f"{burst}{delay}"
+    )
     ceiling = result["tcp_ceiling_bits_per_s"]
     if ceiling:
         rate = result["rate_bits_per_s"]
@@ -280,4 +291,9 @@ def _counts(text):
 
 def _rate(text):
     netns.parse_rate(text)
+    return text
+
+
+def _burst(text):
+    netns.parse_burst(text)
     return text

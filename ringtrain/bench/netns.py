@@ -66,6 +66,17 @@ def parse_rate(text: str) -> int:
     return round(float(match[1]) * _RATE_UNITS[match[2]])
 
 
+def parse_burst(text: str) -> int:
+    """Return the bytes of a token bucket's burst such as ``256kb`` or ``2mb`` (tc's units)."""
+    match = re.fullmatch(r"(\d+)(b|kb|mb)", text.strip().lower())
+    if not match or int(match[1]) <= 0:
+        raise ValueError(
+            f"burst {text!r}: expected a positive whole number and a unit of b, kb or mb "
+            "(as tc writes it, e.g. 256kb)"
+        )
+    return int(match[1]) << {"b": 0, "kb": 10, "mb": 20}[match[2]]
+
+
 def check_delay(text: str) -> str:
     """Return ``text`` if it is a one-way delay ``netem`` takes (``500us``, ``2ms``); else raise."""
     if not _DELAY.fullmatch(text):
@@ -119,14 +130,24 @@ def up(count: int, prefix: str = PREFIX, subnet: str = SUBNET) -> dict[str, str]
     return hosts
 
 
-def limit_links(names: list[str], rate: str, delay: str | None = None, prefix: str = PREFIX):
+def limit_links(
+    names: list[str],
+    rate: str,
+    delay: str | None = None,
+    prefix: str = PREFIX,
+    burst: str | None = None,
+):
     """Cap each host's link at ``rate`` both ways; ``delay`` is added to what a host sends.
 
     A token bucket (``tbf``) shapes the host's ``eth0`` egress and the switch port towards
     the host (its ingress); ``netem`` adds the delay on the host's side only, so a message
-    between two hosts is delayed once.
+    between two hosts is delayed once. ``burst``: the bucket's size (``256kb``, the strict
+    link); None holds 2 ms of the rate, 256 KiB at least.
     """
-    burst = str(max(_MIN_BURST, round(parse_rate(rate) / 8 * _BURST_SECONDS)))
+    if burst is None:
+        burst = str(max(_MIN_BURST, round(parse_rate(rate) / 8 * _BURST_SECONDS)))
+    else:
+        burst = str(parse_burst(burst))
     shape = ("tbf", "rate", rate, "burst", burst, "latency", "50ms")
     for index, name in enumerate(names):
         if delay is None:
