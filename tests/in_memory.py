@@ -27,7 +27,7 @@ from ringtrain.transport.adasum import adasum
 from ringtrain.transport.local import copy_scaled
 from ringtrain.transport.progress import Waiter
 
-_REQUEST, _RESPONSE, _COUNTS, _LOST, _DATA = "request", "response", "counts", "lost", "data"
+_REQUEST, _RESPONSE, _ROUND, _LOST, _DATA = "request", "response", "round", "lost", "data"
 
 
 class Fabric:
@@ -97,17 +97,12 @@ class MemoryChannel:
         """Return the wire forms of every response that has reached this rank, in order."""
         return _drained(self._fabric, _RESPONSE, 0, self.rank)
 
-    def send_counts(self, parent, pairs) -> None:
-        """Send ``pairs`` (cache id, count) to ``parent`` in the agreement tree."""
-        self._fabric.post(_COUNTS, self.rank, parent, pickle.dumps(pairs))
-
-    def counts(self):
-        """Return (child, pairs) for every message of counts that has reached this rank."""
-        return [
-            (source, pairs)
-            for source in range(self.size)
-            for pairs in _drained(self._fabric, _COUNTS, source, self.rank)
-        ]
+    def start_and(self, vector):
+        """Start the bitwise AND of every rank's ``vector``: sent to each, ANDed in ``test``."""
+        for dest in range(self.size):
+            if dest != self.rank:
+                self._fabric.post(_ROUND, self.rank, dest, vector.copy())
+        return _MemoryRound(self._fabric, self.rank, vector)
 
     def tell_lost(self, notice, ranks) -> list:
         """Send ``notice`` to each of ``ranks``; return the sends (complete at once here)."""
@@ -120,19 +115,12 @@ class MemoryChannel:
         """Return the notices of lost peers that other ranks have sent this one."""
         return [n for s in range(self.size) for n in _drained(self._fabric, _LOST, s, self.rank)]
 
-    def finish(self, last, parent, children) -> None:
-        """Send ``last`` after all else, to rank 0 and to ``parent``; drain until all came.
-
-        Rank 0 drains submissions until every rank's ``last``; each rank drains counts
-        until each of its ``children``'s.
-        """
-        if parent is not None:
-            self.send_counts(parent, last)
+    def finish(self, last) -> None:
+        """Send ``last`` after all else to rank 0, which drains until every rank's came."""
         if self.rank != 0:
             self.submit(last)
         else:
             self._drain(_REQUEST, range(1, self.size), last)
-        self._drain(_COUNTS, children, last)
 
     def _drain(self, kind, sources, last) -> None:
         waiting = set(sources)
@@ -156,6 +144,29 @@ class MemoryChannel:
     def abort(self, status: int) -> None:
         """Record that this rank ends the job with ``status`` (MPI would end every process)."""
         self._fabric.aborted.append((self.rank, status))
+
+
+class _MemoryRound:
+    """One rank's agreement round in flight: the others' vectors, taken as they come.
+
+    A rank has one round in flight at a time, so the next vector from each rank is its
+    vector of this round, as MPI matches a communicator's collectives in order.
+    """
+
+    def __init__(self, fabric, rank, vector):
+        self._fabric = fabric
+        self._rank = rank
+        self._result = vector.copy()
+        self._waiting = {r for r in range(fabric.size) if r != rank}
+
+    def test(self):
+        """Return the AND of every rank's vector once all are in, else None."""
+        for source in list(self._waiting):
+            vector = self._fabric.take(_ROUND, source, self._rank)
+            if vector is not None:
+                self._result &= vector
+                self._waiting.discard(source)
+        return None if self._waiting else self._result
 
 
 def _drained(fabric, kind, source, dest) -> list:

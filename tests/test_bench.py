@@ -187,22 +187,27 @@ def test_compare_refuses_what_it_cannot_run_naming_it(tmp_path, capsys):
         assert message in capsys.readouterr().out, extra
 
 
-def test_negotiation_benchmark_counts_what_crosses_rank_0_on_both_paths(tmp_path, capsys):
+def test_negotiation_benchmark_counts_what_crosses_the_busiest_rank_on_both_paths(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    argv = ["negotiation", "--ranks", "2,16,32", "--tensors", "5", "--steps", "2"]
+    argv = ["negotiation", "--ranks", "2,16,24,32", "--tensors", "5", "--steps", "2"]
     assert bench_main([*argv, "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert [(r["ranks"], r["path"]) for r in rows] == [
-        (n, path) for n in (2, 16, 32) for path in ("tree", "metas")
+        (n, path) for n in (2, 16, 24, 32) for path in ("rounds", "metas")
     ]
+    # Recursive doubling: a message out and one in per step, log2 N steps; 24 ranks fold
+    # the 8 past 16 into partners first, and back after: two steps more.
+    rounds = {r["ranks"]: r["messages"] for r in rows if r["path"] == "rounds"}
+    assert rounds == {2: 2, 16: 8, 24: 12, 32: 10}
     for row in rows:
-        children = min(16, row["ranks"] - 1) if row["path"] == "tree" else row["ranks"] - 1
-        assert row["messages"] == children + row["ranks"] - 1 and row["cpu_us"] > 0
+        assert row["cpu_us"] > 0
+        if row["path"] == "metas":
+            assert row["messages"] == 2 * (row["ranks"] - 1)
     by = {(r["ranks"], r["path"]): r["bytes"] for r in rows}
-    # Counts come from 16 children at most, where every rank sends its metas whole.
-    assert all(by[n, "tree"] < by[n, "metas"] for n in (2, 16, 32))
+    assert all(by[n, "rounds"] < by[n, "metas"] for n in (16, 24, 32))
     printed = capsys.readouterr().out
-    assert "tree: rank 0's CPU at 32 ranks is" in printed and "may grow 1x at most" in printed
+    assert "rounds: the busiest rank's CPU at 32 ranks is" in printed
+    assert "(log2 of the ratio of ranks: 1)" in printed
     with pytest.raises(SystemExit):
         bench_main(["negotiation", "--ranks", "1,16"])
     assert "rank counts '1,16': expected whole numbers of at least 2" in capsys.readouterr().err

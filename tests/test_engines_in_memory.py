@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from in_memory import MemoryChannel, on_every_rank, shut_down, start_engines
 
-from ringtrain.engine import agreement, liveness, messages
+from ringtrain.engine import liveness, messages
 from ringtrain.errors import (
     CollectiveTimeoutError,
     EngineStoppedError,
@@ -60,25 +60,15 @@ def _warm(fabric, engines, names, cached, length=3, op=ReduceOp.Sum):
     assert len([entries for _, entries in fabric.submitted if entries]) == whole  # counted
 
 
-CACHED = pytest.mark.parametrize(
-    "cached, fan_out",
-    [(False, None), (True, None), (True, 1)],
-    ids=["whole", "cached", "cached-chain"],
-)
+CACHED = pytest.mark.parametrize("cached", [False, True], ids=["whole", "cached"])
 
 
 @pytest.fixture
-def started(monkeypatch):
-    """Start engines with ``started(size, fan_out=None, **settings)``; shut them down after.
-
-    ``fan_out``: the agreement tree's children per rank (1: a chain, every count hopping
-    through every rank before rank 0; None: the default, flat at these sizes).
-    """
+def started():
+    """Start engines with ``started(size, **settings)``; shut them down after."""
     made = []
 
-    def start(size, fan_out=None, **settings):
-        if fan_out is not None:
-            monkeypatch.setattr(agreement, "FAN_OUT", fan_out)
+    def start(size, **settings):
         fabric, engines = start_engines(size, **settings)
         made.append(engines)
         return fabric, engines
@@ -116,11 +106,10 @@ def test_allreduce_equals_numpy_on_every_rank(started, size, op):
             np.testing.assert_array_equal(result, results[0])  # the same bits on every rank
 
 
-@pytest.mark.parametrize("fan_out", [None, 1], ids=["flat", "chain"])
 @pytest.mark.parametrize("size", SIZES)
-def test_tensors_submitted_in_a_different_order_on_each_rank_all_complete(started, size, fan_out):
+def test_tensors_submitted_in_a_different_order_on_each_rank_all_complete(started, size):
     """Ranks hand over a step's tensors in their own orders; later steps skip rank 0."""
-    fabric, engines = started(size, fan_out, fusion_threshold=4096)
+    fabric, engines = started(size, fusion_threshold=4096)
     lengths = [(7 * i) % 50 for i in range(40)]
 
     def step(rank, engine):
@@ -233,8 +222,8 @@ def test_allgather_broadcast_alltoall_and_reducescatter_equal_numpy(started, siz
 
 
 @CACHED
-def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started, cached, fan_out):
-    fabric, engines = started(3, fan_out)
+def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started, cached):
+    fabric, engines = started(3)
     _warm(fabric, engines, ["w"], cached)  # then rank 1 changes its shape, the others count theirs
 
     def work(rank, engine):
@@ -250,10 +239,10 @@ def test_shapes_that_differ_fail_on_every_rank_naming_each_ranks_shape(started, 
 @CACHED
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_a_stalled_tensor_fails_where_submitted_and_the_late_submission_fails_too(
-    started, size, cached, fan_out
+    started, size, cached
 ):
     """Counted submissions that wait are sent whole after ``SUSPECT_SECONDS``, then stall."""
-    fabric, engines = started(size, fan_out, stall_check_seconds=0.0, stall_shutdown_seconds=0.5)
+    fabric, engines = started(size, stall_check_seconds=0.0, stall_shutdown_seconds=0.5)
     _warm(fabric, engines, ["x"], cached)
     x = np.ones(3, np.float32)
     last = size - 1
@@ -293,8 +282,8 @@ def test_unnamed_calls_that_drift_apart_fail_naming_each_ranks_call(started, siz
 
 
 @CACHED
-def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started, cached, fan_out):
-    fabric, engines = started(2, fan_out)
+def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started, cached):
+    fabric, engines = started(2)
     _warm(fabric, engines, ["a", "b"], cached, length=2)
     a, b = np.full(2, 1.0, np.float32), np.full(2, 2.0, np.float32)
     withdrawn = threading.Event()
@@ -319,10 +308,8 @@ def test_a_withdrawn_submission_frees_its_name_and_the_others_still_run(started,
 
 @CACHED
 @pytest.mark.parametrize("size", [2, 3])
-def test_ranks_that_joined_contribute_nothing_and_learn_who_joined_last(
-    started, size, cached, fan_out
-):
-    fabric, engines = started(size, fan_out)
+def test_ranks_that_joined_contribute_nothing_and_learn_who_joined_last(started, size, cached):
+    fabric, engines = started(size)
     _warm(fabric, engines, ["s0", "s1", "s2"], cached, length=4, op=ReduceOp.Average)
     join = messages.Meta(messages.JOIN_NAME, messages.JOIN, "uint8", ())
 
@@ -388,8 +375,8 @@ def test_switching_settings_needs_rank_0_of_an_autotuned_engine(started):
 
 
 @CACHED
-def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started, cached, fan_out):
-    fabric, engines = started(3, fan_out, collective_timeout=1.0)
+def test_a_rank_cut_off_is_named_by_every_rank_left_and_the_job_ends(started, cached):
+    fabric, engines = started(3, collective_timeout=1.0)
     _warm(fabric, engines, ["x"], cached, length=2)
     fabric.cut(2)
     x = np.ones(2, np.float32)
@@ -413,7 +400,7 @@ def test_counted_submissions_that_wait_long_for_a_slow_rank_still_complete_then_
     started,
 ):
     """Past the suspect time they go to rank 0 whole; the name is cached again after."""
-    fabric, engines = started(3, 1, collective_timeout=2.0)  # a chain; suspects after 1 s
+    fabric, engines = started(3, collective_timeout=2.0)  # suspects after 1 s
     _warm(fabric, engines, ["late"], True)
     ones = np.ones(3, np.float32)
 
@@ -435,3 +422,27 @@ def test_counted_submissions_that_wait_long_for_a_slow_rank_still_complete_then_
         for result in outcomes:
             np.testing.assert_array_equal(result, 3 * ones)
     assert whole() == after
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_whose_caches_disagree_fail_in_the_next_round_naming_what_each_ran(
+    started, size, capsys
+):
+    """No call can make this happen: a rank's cache is corrupted by hand, as a bug would."""
+    fabric, engines = started(size)
+    _warm(fabric, engines, ["a", "b"], True, length=2)
+    last = engines[-1]
+    meta, ident, digest = last._cache["a"]
+    last._cache["a"] = (meta, ident, digest ^ 1)  # it stands for other metas than elsewhere
+    ones = np.ones(2, np.float32)
+    for result in on_every_rank(engines, lambda r, e: _run(e, _allreduce_meta("a", ones), ones)):
+        np.testing.assert_array_equal(result, size * ones)  # it shows in the round after
+    outcomes = on_every_rank(engines, lambda r, e: _run(e, _allreduce_meta("b", ones), ones))
+    for err in outcomes:
+        assert isinstance(err, EngineStoppedError), err
+        assert "the ranks ran different tensors in agreement round" in str(err), err
+    printed = capsys.readouterr().err
+    for rank in range(size):
+        assert f"rank {rank}: the ranks ran different tensors" in printed
+    assert "this rank ran 'a'" in printed
+    assert {r for r, _ in fabric.aborted} == set(range(size))

@@ -158,17 +158,21 @@ def _cached(coord, name, meta_of=_ar, size=2):
     return response.cache_ids[name]
 
 
-def test_a_cached_name_runs_once_per_round_that_every_rank_counted():
-    coord, _ = _coordinator(2)
-    ident = _cached(coord, "a")
-    assert not coord.decided()
-    coord.agree([(ident, 1)])
-    (response,) = coord.responses()
-    assert response.kind == messages.ALLREDUCE and response.names == ["a"]
-    assert response.cache_ids == {}  # the id stands already
-    coord.agree([(ident, 2)])
-    assert coord.responses()[0].names == ["a"]
-    assert not coord.pending()  # counted rounds never wait in the table
+def test_an_evicted_ids_slot_takes_a_new_id_only_once_freed():
+    coord = Coordinator(2, 1 << 20, 16, StallInspector(60.0, None), slots=2)
+    first, second = _cached(coord, "a"), _cached(coord, "b")
+    assert {first % 2, second % 2} == {0, 1}  # every live id has a slot of its own
+    coord.add(0, [messages.Suspect("a")])
+    (evicted,) = coord.responses()
+    assert evicted.cache_ids == {"a": first}
+    coord.add(0, [_ar("c")])
+    coord.add(1, [_ar("c")])
+    (uncached,) = coord.responses()  # "a"'s slot may still be offered, stale, in a round
+    assert uncached.names == ["c"] and uncached.cache_ids == {}
+    coord.free([first % 2])  # every rank has run the eviction
+    third = _cached(coord, "d")
+    assert third % 2 == first % 2 and third > second  # ids are never given twice
+    assert not coord.decided()  # counted rounds never come here
 
 
 def test_a_meta_sent_whole_while_cached_evicts_the_id_and_is_checked():
@@ -177,7 +181,6 @@ def test_a_meta_sent_whole_while_cached_evicts_the_id_and_is_checked():
     coord.add(1, [_ar("a", shape=(9,))])  # rank 1 changed its mind; rank 0 counted its "a"
     (evicted,) = coord.responses()
     assert evicted.kind == messages.EVICTED and evicted.cache_ids == {"a": ident}
-    coord.agree([(ident, 1)])  # a count of the evicted id, come late: void
     assert coord.responses() == []
     coord.add(0, [_ar("a")])  # rank 0 sends its counted one whole, as the eviction asks
     assert "shape differs across ranks (rank 0: (4,), rank 1: (9,))" in coord.responses()[0].error
@@ -347,7 +350,7 @@ def test_a_late_submission_of_a_stalled_name_fails_on_its_rank_only():
 def test_a_suspected_cached_name_is_evicted_then_stalls_and_fails_late_as_any():
     coord, clock = _coordinator(2, warn=0.0, shutdown=5.0)
     ident = _cached(coord, "c")
-    coord.add(0, [messages.Suspect("c", 1)])  # rank 0's counted "c" has waited
+    coord.add(0, [messages.Suspect("c")])  # rank 0's counted "c" has waited
     (evicted,) = coord.responses()
     assert evicted.kind == messages.EVICTED and evicted.cache_ids == {"c": ident}
     coord.add(0, [_ar("c")])  # sent whole again
@@ -362,21 +365,10 @@ def test_a_suspected_cached_name_is_evicted_then_stalls_and_fails_late_as_any():
     assert coord.responses()[0].kind == messages.ALLREDUCE
 
 
-def test_a_suspect_or_withdrawal_of_a_round_already_agreed_changes_nothing():
-    coord, _ = _coordinator(2)
-    ident = _cached(coord, "a")
-    coord.agree([(ident, 1)])
-    assert coord.responses()[0].names == ["a"]
-    coord.add(1, [messages.Suspect("a", 1), messages.Withdrawal("a", 1)])
-    assert not coord.decided()  # it ran: the withdrawing rank takes its result as usual
-    coord.agree([(ident, 2)])
-    assert coord.responses()[0].names == ["a"]  # the id still stands
-
-
 def test_withdrawing_a_counted_round_evicts_the_id_and_confirms_to_that_rank():
     coord, _ = _coordinator(3)
     ident = _cached(coord, "a", size=3)
-    coord.add(2, [messages.Withdrawal("a", 1)])
+    coord.add(2, [messages.Withdrawal("a", counted=True)])
     evicted, withdrawn = coord.responses()
     assert evicted.kind == messages.EVICTED and evicted.cache_ids == {"a": ident}
     assert withdrawn.kind == messages.WITHDRAWN and withdrawn.withdrawn_by == 2

@@ -50,3 +50,9 @@ def test_two_jobs_of_two_ranks_on_one_host_at_once_both_finish():
 
 
 _BIND = {"RINGTRAIN_BIND_CORES": "1"}
+
+
+def test_an_idle_job_wakes_each_engine_about_once_a_second():
+    # -np 4 on 2 cores, 4 s with nothing submitted: each engine thread's wake-ups, from /proc.
+    result = check("check_idle.py", 4, "4", timeout=120)
+    assert result.stdout.count("the engine thread woke") == 4, result.stdout

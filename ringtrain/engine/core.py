@@ -1,11 +1,13 @@
 """The background engine: one thread per rank that runs ringtrain's collectives.
 
 Each rank's thread sends its new submissions to the coordinator (rank 0) as small pickled
-metas (never tensor data) over the control channel (``transport.control``), or counts those
-that every rank has run before under their cache ids (``agreement``). Rank 0 matches them
-across ranks and sends every rank the same ordered list of responses, which each rank
-plans (``planner``) and runs (``executor``) through its transport (``transport.router``):
-the engine makes no MPI call of its own. The thread sleeps between checks, but a local
+metas (never tensor data) over the control channel (``transport.control``). Rank 0 matches
+them across ranks and sends every rank the same ordered batches of responses. Those that
+every rank has run before under a cache id go to no one: every rank marks them ready in
+its agreement rounds (``rounds``), a bitwise AND among all ranks, and runs what all have
+ready in the same order, between the batches. Each rank plans (``planner``) and runs
+(``executor``) what it runs through its transport (``transport.router``): the engine makes
+no MPI call of its own. The thread sleeps between checks, but a local
 submission wakes it at once, so latency is not rounded up to the cycle time.
 
 The engine works in turns, and one thread at a time takes them: in a job of two ranks or
@@ -17,15 +19,16 @@ import sys
 import threading
 import time
 import traceback
+import zlib
 
 from ringtrain.buffers import BufferPool
-from ringtrain.engine import messages
+from ringtrain.engine import fusion, messages
 from ringtrain.engine import timeline as tl
-from ringtrain.engine.agreement import CountTree
 from ringtrain.engine.executor import Executor
 from ringtrain.engine.handle import Request, complete_all
 from ringtrain.engine.liveness import Liveness, PeerWatch
 from ringtrain.engine.negotiation import Coordinator
+from ringtrain.engine.rounds import Rounds, slot_count
 from ringtrain.engine.sides import CoordinatorSide, WorkerSide, listed
 from ringtrain.engine.stall import StallInspector
 from ringtrain.engine.tuning import tuner as tuning
@@ -41,9 +44,17 @@ from ringtrain.errors import (
 from ringtrain.transport.control import ControlChannel
 from ringtrain.transport.router import Transport
 
-# A submission counted through the agreement tree that has waited this long goes to rank 0
+# A submission counted for the agreement rounds that has waited this long goes to rank 0
 # whole (``Engine._suspect_late``); at most half the collective timeout.
 SUSPECT_SECONDS = 2.0
+# A round that agreed none of this rank's ready tensors is tried again after this long,
+# doubling up to ``RETRY_MOST`` while rounds keep agreeing none: ranks whose ready tensors
+# differ wait for each other's next submission without a round every few microseconds.
+RETRY_FIRST = 20e-6
+RETRY_MOST = 1e-3
+# A round's fingerprint is a hash of its metas' digests (hashes of ints and tuples of them
+# are the same in every process, unlike those of strings), cut to the bits a round carries.
+_FINGERPRINT_BITS = (1 << 64) - 1
 
 
 class Engine:
@@ -67,7 +78,8 @@ class Engine:
         liveness = Liveness(transport.waiter.timeout, self.size, clock)
         self._liveness = liveness
         self._clock = clock
-        tree = CountTree(self.rank, self.size)
+        rounds = Rounds(slot_count(settings.cache_capacity), channel.start_and, self.rank == 0)
+        self._rounds = rounds
         self._tuned = settings.autotune  # the transport then has ``retune``
         self.tuner = None  # rank 0's autotune run (``engine.tuning``), kept once it ends
         if self.rank == 0:
@@ -79,14 +91,15 @@ class Engine:
                 stall,
                 settings.unnamed_drift_seconds,
                 clock,
+                rounds.slots,
             )
             if self._tuned:
                 self.tuner = tuning.tuner_for(settings, topology, transport, clock)
             self._side = CoordinatorSide(
-                coordinator, channel, liveness, tree, clock, self.tuner, settings.cache_capacity
+                coordinator, channel, liveness, rounds, clock, self.tuner, settings.cache_capacity
             )
         else:
-            self._side = WorkerSide(channel, liveness, tree)
+            self._side = WorkerSide(channel, liveness, rounds)
         self._watch = PeerWatch(liveness, self._side, channel, transport.waiter, topology)
         self._timeline_path = settings.timeline or None
         self._timeline = _open_timeline(settings.timeline, self.rank)
@@ -95,9 +108,18 @@ class Engine:
         self._outbox: list[Request] = []
         self._withdrawals: list[str] = []  # names to take back from the coordinator
         self._inflight: dict[str, Request] = {}
-        self._cache: dict[str, tuple[messages.Meta, int]] = {}  # name -> (meta, cache id)
-        # Submissions counted under their cache ids and not run yet: name -> (round, when).
+        # name -> (meta, cache id, the meta's digest for the rounds' fingerprints)
+        self._cache: dict[str, tuple[messages.Meta, int, int]] = {}
+        self._slot_names: dict[int, str] = {}  # round slot -> the cached name it stands for
+        # Submissions counted under their cache ids and not run yet: name -> (slot, when).
         self._counted: dict[str, tuple[int, float]] = {}
+        self._batches: list[tuple[int, list]] = []  # (tag, responses) not run yet, in order
+        self._fusion_threshold = settings.fusion_threshold  # as rank 0's, tuned alike
+        self._retry_after = RETRY_FIRST
+        self._retry_at = 0.0
+        # What this rank ran in its last round: its names and their fingerprint, which the
+        # next round compares across ranks (``_check_round``).
+        self._last_ran: tuple[list[str], int] = ([], 0)
         self._withdrawing: set[str] = set()  # names whose withdrawal has gone, unanswered
         self._next_suspect_check = 0.0
         # How long a counted submission waits before this rank suspects it (``_suspect_late``).
@@ -110,7 +132,7 @@ class Engine:
         self._turns = Turns(
             self._turn_once,
             lambda: self._stopped,
-            lambda: bool(self._inflight),
+            self._waiting,
             self._side.pending,
             self._abort,
             settings.cycle_time_ms / 1000,
@@ -126,6 +148,11 @@ class Engine:
         pool = BufferPool()
         transport = Transport(comm, topology, settings, pool)
         return cls(settings, topology, transport, ControlChannel(comm, transport.waiter), pool)
+
+    @property
+    def thread_id(self) -> int | None:
+        """Return the OS id of this engine's thread: to count its wake-ups in ``/proc``."""
+        return self._turns.thread_id
 
     def submit(self, meta, array, out=None, read_only=False, wake=True) -> Request:
         """Queue one collective; return its request, whose handle completes later.
@@ -276,43 +303,168 @@ class Engine:
         self._stop(EngineStoppedError(f"engine failed: {err!r}"))
         self._control.abort(1)
 
+    def _waiting(self) -> bool:
+        """Return True while this rank waits for others: its submissions, rounds or batches."""
+        rounds = self._rounds
+        return (
+            bool(self._inflight)
+            or rounds.in_flight()
+            or rounds.result is not None
+            or bool(self._batches)
+        )
+
     def _turn_once(self) -> bool:
-        """Send new submissions, take the responses (deciding them on rank 0), run them.
+        """Send new submissions, take rank 0's batches (deciding them on rank 0), run rounds.
 
         Returns True if anything happened.
         """
         active = self._send_submissions()
-        responses = self._side.receive()
+        batches = self._side.receive()
+        if batches:
+            self._batches.extend(batches)
         self._watch.beat(self._inflight, self._shutdown_sent)
-        for response in responses:
-            if response.kind == messages.WITHDRAWN:
-                self._forget(response)
-                continue
-            if response.kind == messages.STALLED:
-                self._fail_listed(response, StallError)
-                continue
-            if response.kind == messages.DRIFTED:
-                self._fail_listed(response, MismatchError)
-                continue
-            if response.kind == messages.EVICTED:
-                self._evict(response)
-                continue
-            if response.kind == messages.TUNED:
-                self._retune(response.settings)
-                continue
-            if response.kind == messages.STOP:
-                self._stop(_stop_error(response))
-                self._side.finish(messages.FINISHED)
-                self._stopped = True
-                return True
+        progressed = self._advance()
+        if self._counted and not self._stopped:
+            self._suspect_late()
+        return active or progressed or bool(batches)
+
+    def _advance(self) -> bool:
+        """Run rounds and batches in the one order of every rank; start a round when due.
+
+        A batch tagged ``n`` runs after round ``n`` and before round ``n + 1``; a round's
+        tensors run once every batch that rank 0 had sent when the round started is in
+        (``engine.rounds``). Returns True if anything happened.
+        """
+        rounds = self._rounds
+        progressed = rounds.poll()
+        while not self._stopped:
+            if rounds.result is not None:
+                self._run_batches(rounds.completed - 1)
+                slots, batches = rounds.result
+                if self._stopped or self._side.batches < batches:
+                    break  # rank 0's batches before the round are still on their way
+                rounds.result = None
+                self._check_round(rounds.fingerprints)
+                self._run_round(slots)
+                self._side.round_ran(batches)
+                progressed = True
+            self._run_batches(rounds.completed)
+            if self._stopped:
+                break
+            needed = self._batches[-1][0] if self._batches else 0
+            if not rounds.wants_round(needed):
+                if not self._retry_due():
+                    break
+                rounds.retry()
+                if not rounds.wants_round(needed):
+                    break
+            rounds.start(self._side.batches, self._last_ran[1])
+            progressed = True
+            if not rounds.poll():
+                break
+        return progressed
+
+    def _retry_due(self) -> bool:
+        """Return True where this rank's ready tensors should try another round (backoff)."""
+        rounds = self._rounds
+        if rounds.in_flight() or rounds.result is not None or not rounds.has_ready():
+            return False
+        now = self._clock()
+        if now < self._retry_at:
+            return False
+        self._retry_at = now + self._retry_after
+        self._retry_after = min(self._retry_after * 2, RETRY_MOST)
+        return True
+
+    def _check_round(self, fingerprints) -> None:
+        """Fail the job if the ranks ran different tensors in their last round.
+
+        ``fingerprints``: the AND and the OR of every rank's fingerprint of it. Every rank
+        finds the difference in the same round, and each names what it ran.
+        """
+        every, some = fingerprints
+        if every == some:
+            return
+        names, mine = self._last_ran
+        rounds = self._rounds
+        raise MismatchError(
+            f"rank {self.rank}: the ranks ran different tensors in agreement round "
+            f"{rounds.completed - 1}: this rank ran {listed(names) or 'none'} (fingerprint "
+            f"{mine:#x}), and the fingerprints of all ranks AND to {every:#x} and OR to "
+            f"{some:#x}; their caches of names disagree, so the job cannot go on"
+        )
+
+    def _run_round(self, slots) -> None:
+        """Run the cached tensors that every rank had ready in the round: ``slots``."""
+        if not slots:
+            self._last_ran = ([], 0)
+            return
+        self._retry_after = RETRY_FIRST
+        self._retry_at = 0.0
+        cache, slot_names = self._cache, self._slot_names
+        metas = sorted((cache[slot_names[slot]] for slot in slots), key=lambda entry: entry[1])
+        names = [meta.name for meta, _, _ in metas]
+        fingerprint = hash(tuple(digest for _, _, digest in metas)) & _FINGERPRINT_BITS
+        self._last_ran = (names, fingerprint)
+        allreduces = []
+        for meta, _, _ in metas:
+            if meta.kind == messages.ALLREDUCE:
+                allreduces.append(meta)
+            else:
+                self._execute(messages.Response(meta.kind, [meta.name], [meta]))
+                self._liveness.heard_all()
+        for fused in fusion.plan(allreduces, self._fusion_threshold):
+            self._execute(messages.Response(messages.ALLREDUCE, [meta.name for meta in fused]))
+            self._liveness.heard_all()  # every rank took part in it
+
+    def _run_batches(self, last_round) -> None:
+        """Run the batches from rank 0 tagged ``last_round`` or earlier, in order."""
+        batches = self._batches
+        while batches and batches[0][0] <= last_round and not self._stopped:
+            tag, responses = batches.pop(0)
+            for response in responses:
+                self._run_response(response, tag)
+                if self._stopped:
+                    return
+
+    def _run_response(self, response, tag) -> None:
+        """Carry out one of rank 0's responses, from a batch tagged ``tag``."""
+        if response.kind == messages.WITHDRAWN:
+            self._forget(response)
+        elif response.kind == messages.STALLED:
+            self._fail_listed(response, StallError)
+        elif response.kind == messages.DRIFTED:
+            self._fail_listed(response, MismatchError)
+        elif response.kind == messages.EVICTED:
+            self._evict(response)
+        elif response.kind == messages.TUNED:
+            self._retune(response.settings)
+        elif response.kind == messages.STOP:
+            self._stop(_stop_error(response))
+            self._last_round(tag)
+            self._side.finish(messages.FINISHED)
+            self._stopped = True
+        else:
             self._execute(response)
             self._liveness.heard_all()  # every rank took part in it
-        if self._counted:
-            self._suspect_late()
-        return active or bool(responses)
+
+    def _last_round(self, tag) -> None:
+        """Complete round ``tag + 1`` on every rank before the channel goes: rank 0's last.
+
+        No rank can have started a later one, and a round left in flight on a freed
+        communicator would reach the next engine's channel.
+        """
+        rounds = self._rounds
+        if not rounds.in_flight() and rounds.started == tag:
+            rounds.start(self._side.batches)
+        if rounds.in_flight():
+            peers = [r for r in range(self.size) if r != self.rank]
+            what = "the engine's shutdown (its last agreement round)"
+            self.transport.waiter.until(rounds.poll, peers, what)
 
     def _retune(self, values):
         """Run every response from here on under the tuned ``values`` (``engine.tuning``)."""
+        self._fusion_threshold = values["fusion_threshold"]
         self._turns.retune(values["cycle_time_ms"] / 1000)
         self.transport.retune(values["ring_chunk_bytes"], values["hierarchical_allreduce"])
 
@@ -329,8 +481,8 @@ class Engine:
         self._next_suspect_check = now + self._suspect_seconds / 4
         late = self._suspect_seconds
         suspects = [
-            messages.Suspect(name, round_)
-            for name, (round_, counted_at) in self._counted.items()
+            messages.Suspect(name)
+            for name, (_, counted_at) in self._counted.items()
             if now - counted_at > late
         ]
         if suspects:
@@ -346,8 +498,12 @@ class Engine:
             cached = self._cache.get(name)
             if cached is not None and cached[1] == ident:
                 del self._cache[name]
-            self._side.forget(ident)
-            if self._counted.pop(name, None) is not None and name not in self._withdrawing:
+                self._slot_names.pop(ident % self._rounds.slots, None)
+            counted = self._counted.pop(name, None)
+            if counted is None:
+                continue
+            self._rounds.unready(counted[0])
+            if name not in self._withdrawing:
                 request = self._inflight.get(name)
                 if request is not None:
                     resend.append(request.meta)
@@ -364,19 +520,17 @@ class Engine:
         # Withdrawals first: each takes back a submission sent earlier, and must not take back
         # a new one of the same name, made once the withdrawn handle had failed or completed.
         counted = self._counted
-        entries: list = [
-            messages.Withdrawal(name, counted[name][0] if name in counted else 0)
-            for name in withdrawals
-        ]
-        self._withdrawing.update(withdrawals)
-        cache, now = self._cache, None
+        entries: list = self._withdrawn_entries(withdrawals) if withdrawals else []
+        cache, now, rounds = self._cache, None, self._rounds
         for request in new:
             meta = request.meta
             cached = cache.get(meta.name)
             if cached is not None and cached[0] == meta:  # seen before: counted, not sent
                 if now is None:
                     now = self._clock()
-                counted[meta.name] = (self._side.count(cached[1]), now)
+                slot = cached[1] % rounds.slots
+                counted[meta.name] = (slot, now)
+                rounds.ready(slot)
             else:
                 entries.append(meta)
         if self._timeline is not None:
@@ -390,13 +544,39 @@ class Engine:
             self._side.send(entries)
         return bool(entries) or bool(new)
 
+    def _withdrawn_entries(self, names) -> list:
+        """Return the withdrawals of ``names`` to send rank 0 now; hold the rest for later.
+
+        A counted submission leaves this rank's rounds at once, but one that a round in
+        flight (or not yet run) carries may still be agreed: its withdrawal waits for that
+        round, and is dropped if the round runs it.
+        """
+        entries, held, rounds = [], [], self._rounds
+        for name in names:
+            if name not in self._inflight:
+                continue  # it ran meanwhile, as a taken one does
+            counted = self._counted.get(name)
+            if counted is not None:
+                rounds.unready(counted[0])
+                if rounds.offered(counted[0]):
+                    held.append(name)
+                    continue
+            entries.append(messages.Withdrawal(name, counted is not None))
+            self._withdrawing.add(name)
+        if held:
+            with self._lock:
+                self._withdrawals.extend(held)
+        return entries
+
     def _take(self, names) -> list:
         """Return this rank's requests of ``names`` (None where it has none), out of flight."""
         with self._lock:
             requests = [self._inflight.pop(name, None) for name in names]
         if self._counted or self._withdrawing:
             for name in names:
-                self._counted.pop(name, None)
+                counted = self._counted.pop(name, None)
+                if counted is not None:
+                    self._rounds.unready(counted[0])
                 self._withdrawing.discard(name)
         return requests
 
@@ -418,7 +598,9 @@ class Engine:
         for request in requests if response.cache_ids else ():
             ident = response.cache_ids.get(request.meta.name) if request is not None else None
             if ident is not None:
-                self._cache[request.meta.name] = (request.meta, ident)
+                digest = zlib.crc32(repr(request.meta).encode())
+                self._cache[request.meta.name] = (request.meta, ident, digest)
+                self._slot_names[ident % self._rounds.slots] = request.meta.name
         if self._tuned and response.kind == messages.ALLREDUCE:
             self._side.ran(requests)
         try:

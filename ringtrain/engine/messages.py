@@ -59,24 +59,22 @@ def unnamed_call(name: str) -> str | None:
 class Withdrawal(typing.NamedTuple):
     """A rank takes back its submission of ``name``, which its caller no longer waits for.
 
-    ``round``: for a submission counted through the agreement tree (``engine.agreement``),
-    which of this rank's submissions under its cache id it was (1 the first); 0 for one
-    sent to the coordinator whole.
+    ``counted``: the submission was counted for the agreement rounds (``engine.rounds``),
+    not sent whole, and no round has agreed it: rank 0 evicts the name's cache id.
     """
 
     name: str
-    round: int = 0
+    counted: bool = False
 
 
 class Suspect(typing.NamedTuple):
-    """A rank's counted submission of ``name`` (its ``round``-th) has waited long: evict it.
+    """A rank's counted submission of ``name`` has waited long: evict its cache id.
 
     Rank 0 then takes every rank's submission of ``name`` whole, where the stall check, the
     silence check and the mismatch check see it.
     """
 
     name: str
-    round: int
 
 
 # Fields that must agree across ranks, per kind. A field missing here may differ.
@@ -112,7 +110,7 @@ class Response:
     them; ``error`` fails every handle of ``names``; kind ``stop`` ends every engine; kind
     ``withdrawn`` tells rank ``withdrawn_by`` that its submissions of ``names`` are
     forgotten; ``cache_ids`` gives, per name, the cache id that every rank's submissions of
-    it go by from now on (counted through ``engine.agreement``), and for kind ``evicted``
+    it go by from now on (agreed in rounds, ``engine.rounds``), and for kind ``evicted``
     the ids that no longer stand for their names (each rank sends its counted submissions
     of those names whole); kinds ``stalled`` and ``drifted`` fail the handles of ``names`` on the
     ``ranks`` listed only (the stall shutdown, and the drift check of unnamed calls: the

@@ -1,20 +1,21 @@
 """The coordinator's bookkeeping (rank 0): who submitted what, and what to run next.
 
-Pure logic with no MPI: the engine feeds it each rank's submissions, and the rounds of
-cached tensors that every rank has counted (``engine.agreement``), and ships the responses
-it returns to every rank, which run them in the same order.
+Pure logic with no MPI: the engine feeds it each rank's submissions and ships the responses
+it returns to every rank, which run them in the same order. Cached tensors do not come here:
+every rank agrees on those in rounds of its own (``engine.rounds``).
 """
 
 import time
 
 from ringtrain.engine import fusion, messages
 from ringtrain.engine.messages import Meta, Response
+from ringtrain.engine.rounds import slot_count
 from ringtrain.engine.stall import StallInspector, describe
 from ringtrain.ops import ReduceOp
 
 _JOIN_UNSUPPORTED = (messages.ALLTOALL, messages.REDUCESCATTER)
 # Kinds whose response needs nothing of any rank's meta but the one they agree on: these
-# get cache ids, and are counted through the tree once every rank sent the same meta.
+# get cache ids, and are agreed in rounds (``engine.rounds``) once every rank sent the same meta.
 _CACHEABLE = (messages.ALLREDUCE, messages.BROADCAST, messages.REDUCESCATTER)
 
 
@@ -22,9 +23,19 @@ class Coordinator:
     """Matches submissions across ranks, checks they agree, and plans fused responses."""
 
     def __init__(
-        self, size, fusion_threshold, cache_capacity, stall, drift_after=0.0, clock=time.monotonic
+        self,
+        size,
+        fusion_threshold,
+        cache_capacity,
+        stall,
+        drift_after=0.0,
+        clock=time.monotonic,
+        slots=None,
     ):
-        """``drift_after``: seconds without a submission before ``check_drift`` fails (0: off)."""
+        """``drift_after``: seconds without a submission before ``check_drift`` fails (0: off).
+
+        ``slots``: the slots of an agreement round (None: ``rounds.slot_count`` of the cache).
+        """
         self.size = size
         self.fusion_threshold = fusion_threshold
         self.cache_capacity = cache_capacity
@@ -37,12 +48,15 @@ class Coordinator:
         self._ready_at: dict[str, float] = {}
         self._joined: list[int] = []
         self._shutdown_by: int | None = None
-        # The cache: id -> the meta it stands for, and name -> its id (``engine.agreement``).
+        # The cache: id -> the meta it stands for, and name -> its id (``engine.rounds``).
         self._cache_meta: dict[int, Meta] = {}
         self._cache_id: dict[str, int] = {}
-        self._next_id = 0  # ids are never reused: a count of an evicted one stays void
-        self._agreed_rounds: dict[int, int] = {}  # id -> rounds every rank has counted
-        self._agreed: list[Meta] = []  # rounds counted by every rank, to answer
+        self._next_id = 0  # ids are never reused; each takes the round slot id % slots
+        self.slots = slot_count(cache_capacity) if slots is None else slots
+        self._live_slots: set[int] = set()  # slots of the ids that stand for a name
+        # Slots of evicted ids that some rank may still offer in a round: not given again
+        # until ``free`` says every rank has run the eviction.
+        self._cooling_slots: set[int] = set()
         self._evicted: dict[str, int] = {}  # name -> id evicted since the last responses
         self._withdrawn: dict[int, list[str]] = {}  # rank -> names it took back, to confirm
         # A name failed on the ranks that had submitted it (by the stall shutdown or the drift
@@ -65,7 +79,6 @@ class Coordinator:
         """Return True if ``responses`` has something to return."""
         return (
             bool(self._ready)
-            or bool(self._agreed)
             or bool(self._evicted)
             or bool(self._withdrawn)
             or bool(self._late)
@@ -82,14 +95,15 @@ class Coordinator:
                     self._shutdown_by = rank
                 continue
             if isinstance(entry, messages.Withdrawal):
-                if entry.round:
+                if entry.counted:
                     self._withdraw_counted(rank, entry)
                 else:
                     self._withdraw(rank, entry.name)
                 continue
             if isinstance(entry, messages.Suspect):
-                if not self._ran(entry.name, entry.round):
-                    self._evict(entry.name)
+                # Evicted even if a round agrees it meanwhile: it runs on every rank before
+                # the eviction, which then finds nothing counted to send whole.
+                self._evict(entry.name)
                 continue
             meta = entry
             self._submitted_at = now
@@ -139,44 +153,28 @@ class Coordinator:
         self._withdrawn.setdefault(rank, []).append(name)
 
     def _withdraw_counted(self, rank, withdrawal):
-        """Forget ``rank``'s counted submission unless its round has been agreed already.
+        """Forget ``rank``'s counted submission, which no round has agreed (``Engine``).
 
-        A count cannot be taken back, so the name's id is evicted: every other rank sends
-        its counted submission whole, and this one's is confirmed as withdrawn.
+        The rank has taken its bit out of every round before it sent this, so the others'
+        counted submissions would wait for it for ever: the name's id is evicted, every
+        other rank sends its submission whole, and this one's is confirmed as withdrawn.
         """
-        if self._ran(withdrawal.name, withdrawal.round):
-            return  # it runs (or ran) on every rank, as a taken one does
         self._evict(withdrawal.name)
         self._withdrawn.setdefault(rank, []).append(withdrawal.name)
-
-    def _ran(self, name, round_):
-        """Return True if round ``round_`` of cached ``name`` has been agreed by every rank.
-
-        False where the name's id has been evicted: its counts are void.
-        """
-        ident = self._cache_id.get(name)
-        return ident is not None and self._agreed_rounds.get(ident, 0) >= round_
 
     def _evict(self, name):
         """Make ``name``'s cache id, if it has one, stand for nothing from now on."""
         ident = self._cache_id.pop(name, None)
         if ident is not None:
             del self._cache_meta[ident]
-            self._agreed_rounds.pop(ident, None)
+            slot = ident % self.slots
+            self._live_slots.discard(slot)
+            self._cooling_slots.add(slot)
             self._evicted[name] = ident
 
-    def agree(self, risen) -> None:
-        """Take the (id, count) pairs whose rounds every rank has now counted (``CountTree``).
-
-        Each rise is one new round of the id's name (a name's next round starts on a rank
-        only once its last has run there); an id evicted meanwhile is void.
-        """
-        for ident, count in risen:
-            meta = self._cache_meta.get(ident)
-            if meta is not None:
-                self._agreed_rounds[ident] = count
-                self._agreed.append(meta)
-                self._submitted_at = self._clock()
+    def free(self, slots) -> None:
+        """Let ``slots``, whose evictions every rank has run, stand for new ids again."""
+        self._cooling_slots.difference_update(slots)
 
     def _late_submission(self, rank, name):
         """Return True, failing it, if this submission of ``name`` is ``rank``'s late one.
@@ -240,12 +238,6 @@ class Coordinator:
                 allreduces.append(meta)
             else:
                 out.append(self._response(meta.kind, [meta], ids))
-        for meta in self._agreed:
-            if meta.kind == messages.ALLREDUCE:
-                allreduces.append(meta)
-            else:
-                out.append(self._response(meta.kind, [meta], ids))
-        self._agreed = []
         for fused in fusion.plan(allreduces, self.fusion_threshold):
             out.append(self._response(messages.ALLREDUCE, fused, ids))
         for name in self._ready:
@@ -360,8 +352,14 @@ class Coordinator:
             or any(m != meta for m in self._table[name].values())
         ):
             return None
+        taken = self._live_slots | self._cooling_slots
+        if len(taken) >= self.slots:
+            return None
         ident = self._next_id
-        self._next_id += 1
+        while ident % self.slots in taken:
+            ident += 1
+        self._next_id = ident + 1
+        self._live_slots.add(ident % self.slots)
         self._cache_id[name] = ident
         self._cache_meta[ident] = meta
         return ident

@@ -1,9 +1,9 @@
 """The two sides of negotiation behind one interface: the coordinator's (rank 0) and a worker's.
 
 An engine holds one side, chosen once by its rank, and never asks its rank again: the side
-hands this rank's submissions to the coordinator, counts its cached ones up the agreement
-tree (``engine.agreement``), returns the responses this rank must run, beats, and says whom
-this rank waits for and which of them has fallen silent.
+hands this rank's submissions to the coordinator, returns the batches of responses this
+rank must run (each tagged with the agreement round it follows, ``engine.rounds``), counts
+them, beats, and says whom this rank waits for and which of them has fallen silent.
 """
 
 import sys
@@ -16,23 +16,20 @@ _CHECK_EVERY = 1.0
 
 
 class _Side:
-    """What both sides share: the tree that counts cached submissions."""
+    """What both sides share: the batches counted and the end of the channel.
 
-    def __init__(self, channel, liveness, tree):
+    ``rounds`` (``engine.rounds.Rounds``): the number of rounds it has started tags each
+    batch that rank 0 sends. ``batches``: the batches sent (rank 0) or received (the rest),
+    heartbeats included, which a round's word 0 is compared with.
+    """
+
+    def __init__(self, channel, liveness, rounds):
         self._channel = channel
         self._liveness = liveness
-        self._tree = tree
-        self._finished: set[int] = set()  # children whose last counts came (``finish``)
+        self._rounds = rounds
+        self.batches = 0
         # This rank has sent its last control message: it beats no more (``finish``).
         self._ended = False
-
-    def count(self, ident: int) -> int:
-        """Count a submission of this rank under cache id ``ident``; return its round."""
-        return self._tree.submit(ident)
-
-    def forget(self, ident: int) -> None:
-        """Drop the counts of the evicted cache id ``ident``."""
-        self._tree.forget(ident)
 
     def finish(self, last) -> None:
         """Leave no control message unmatched before the channel is freed (``finish``).
@@ -42,20 +39,10 @@ class _Side:
         context id by MPI, would take it for its own and lose its order.
         """
         self._ended = True
-        children = [c for c in self._tree.children if c not in self._finished]
-        self._channel.finish(last, self._tree.parent, children)
+        self._channel.finish(last)
 
-    def _counted(self) -> list:
-        """Take the children's counts; return the (id, count) pairs risen in the subtree."""
-        tree = self._tree
-        if tree.children:
-            for child, pairs in self._channel.counts():
-                self._liveness.heard(child)
-                if pairs == messages.FINISHED:  # it stopped before this rank did
-                    self._finished.add(child)
-                else:
-                    tree.heard(child, pairs)
-        return tree.risen()
+    def round_ran(self, batches: int) -> None:
+        """Note that a round ran whose word 0 was rank 0's ``batches``: only rank 0 cares."""
 
 
 class CoordinatorSide(_Side):
@@ -71,18 +58,20 @@ class CoordinatorSide(_Side):
         coordinator,
         channel,
         liveness,
-        tree,
+        rounds,
         clock=time.monotonic,
         tuner=None,
         cache_capacity=0,
     ):
-        super().__init__(channel, liveness, tree)
+        super().__init__(channel, liveness, rounds)
         self.coordinator = coordinator
         self._clock = clock
         self._next_check = 0.0
         self._tuner = tuner
         self._cache_capacity = cache_capacity
         self._switch: dict | None = None  # settings the tuner picked, to send
+        # (batch number, slots) of each batch that evicted ids, until every rank has run it.
+        self._cooling: list[tuple[int, list[int]]] = []
 
     def ran(self, requests) -> None:
         """Give the tuner, while it runs, an allreduce of this rank's ``requests``."""
@@ -111,21 +100,26 @@ class CoordinatorSide(_Side):
         """Hand this rank's ``entries`` (metas, withdrawals...) to the coordinator."""
         self.coordinator.add(0, entries)
 
+    def round_ran(self, batches: int) -> None:
+        """Free the slots evicted in batches before ``batches``: every rank has run those."""
+        cooling = self._cooling
+        while cooling and cooling[0][0] < batches:
+            self.coordinator.free(cooling.pop(0)[1])
+
     def receive(self) -> list:
-        """Take every rank's submissions and counts, decide, send the responses, return them."""
+        """Take every rank's submissions, decide, send the responses; return [(tag, them)].
+
+        The tag is the rounds this rank has started: every rank runs the batch after them.
+        """
         coordinator = self.coordinator
         tuned = self._switch
         if tuned is not None:  # planned from here on with the new settings, on every rank
-            # Before the counts: a cache turned off makes them void, as evicted ids' are.
             self._switch = None
             capacity = self._cache_capacity if tuned["response_cache"] else 0
             coordinator.retune(tuned["fusion_threshold"], capacity)
         for source, entries in self._channel.submissions():
             self._liveness.heard(source)
             coordinator.add(source, entries)
-        risen = self._counted()
-        if risen:
-            coordinator.agree(risen)
         responses = coordinator.responses()
         if tuned is not None:
             responses.insert(0, messages.Response(messages.TUNED, [], settings=tuned))
@@ -133,11 +127,18 @@ class CoordinatorSide(_Side):
         if now >= self._next_check:
             self._next_check = now + _CHECK_EVERY
             responses.extend(self._checked())
-        if responses:
-            self._channel.respond(messages.to_wire(responses))
-            if any(response.kind == messages.STOP for response in responses):
+        if not responses:
+            return ()
+        tag = self._rounds.started
+        self._channel.respond((tag, messages.to_wire(responses)))
+        for response in responses:
+            if response.kind == messages.EVICTED:
+                slots = [ident % coordinator.slots for ident in response.cache_ids.values()]
+                self._cooling.append((self.batches, slots))
+            elif response.kind == messages.STOP:
                 self._ended = True  # the last response any rank takes (``_Side.finish``)
-        return responses
+        self.batches += 1
+        return [(tag, responses)]
 
     def _checked(self) -> list:
         """Return the responses that fail stalled tensors and drifted calls, saying why."""
@@ -154,17 +155,22 @@ class CoordinatorSide(_Side):
         return stalled + drifted
 
     def beat(self) -> None:
-        """Send a heartbeat: an empty list of responses to every rank (none after a STOP)."""
+        """Send a heartbeat: an empty batch of responses to every rank (none after a STOP)."""
         if not self._ended:
-            self._channel.respond([])
+            self._channel.respond((self._rounds.started, []))
+            self.batches += 1
 
     def pending(self) -> bool:
         """Return True while some tensor waits for ranks that have not submitted it."""
         return self.coordinator.pending()
 
     def silent(self, in_flight, shutdown_sent):
-        """Return the silent ranks that tensors wait for, and what waits for them."""
-        if not self.coordinator.pending():
+        """Return the silent ranks that tensors wait for, and what waits for them.
+
+        Tensors wait for every rank while the coordinator waits for submissions, or while
+        this rank's agreement round waits for every rank to start it.
+        """
+        if not self.coordinator.pending() and not self._rounds.in_flight():
             return [], ""
         silent = self._liveness.silent(range(1, self._liveness.size))
         return silent, "tensors waited for it to submit them"
@@ -172,13 +178,13 @@ class CoordinatorSide(_Side):
     def awaited(self, in_flight, shutdown_sent):
         """Return the ranks this rank's engine waits for, and what for (for an error)."""
         names, ranks = self.coordinator.awaited()
-        if not names and in_flight:  # counted up the tree: any other rank may be missing
+        if not names and in_flight:  # agreed in rounds: any other rank may be missing
             return _awaited(list(range(1, self._liveness.size)), in_flight)
         return _awaited([r for r in ranks if r != 0], names)
 
 
 class WorkerSide(_Side):
-    """Any other rank: submissions go to rank 0, counts to its parent in the tree."""
+    """Any other rank: submissions go to rank 0, whose batches come back."""
 
     def send(self, entries) -> None:
         """Send this rank's ``entries`` to the coordinator."""
@@ -188,15 +194,14 @@ class WorkerSide(_Side):
         """Do nothing: only the coordinator tunes."""
 
     def receive(self) -> list:
-        """Pass the subtree's risen counts up; return the coordinator's responses that came."""
-        risen = self._counted()
-        if risen:
-            self._channel.send_counts(self._tree.parent, risen)
-        responses = []
-        for wire in self._channel.responses():
-            responses.extend(messages.from_wire(wire))
+        """Return the coordinator's batches that came, as [(tag, responses)], counting them."""
+        batches = []
+        for tag, wire in self._channel.responses():
+            self.batches += 1
             self._liveness.heard(0)
-        return responses
+            if wire:
+                batches.append((tag, messages.from_wire(wire)))
+        return batches
 
     def beat(self) -> None:
         """Send a heartbeat: an empty submission (none after this rank's last message)."""

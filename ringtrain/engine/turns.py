@@ -90,6 +90,11 @@ class Turns:
         """Start the engine thread."""
         self._thread.start()
 
+    @property
+    def thread_id(self) -> int | None:
+        """Return the engine thread's id in the OS (``/proc/self/task/ID``), once started."""
+        return self._thread.native_id
+
     def wake(self) -> None:
         """Wake the engine thread if it sleeps, so that it takes a turn soon."""
         if not self._wakeup.is_set():

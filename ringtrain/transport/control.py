@@ -1,10 +1,10 @@
 """The engine's control channel: small pickled messages between the ranks and rank 0.
 
 Each rank sends its new submissions (metas, never tensor data) to the coordinator, rank 0,
-and the counts of its cached ones to its parent in the agreement tree
-(``engine.agreement``); rank 0 sends every other rank the same ordered responses. All of it
-runs on a private duplicate of the engine's communicator, apart from the tensor data's, and
-every send is non-blocking: the engine polls for what has arrived and never waits here,
+which sends every other rank the same ordered responses; the rounds that agree on cached
+tensors (``engine.rounds``) are non-blocking bitwise-AND allreduces among all ranks. All of
+it runs on a private duplicate of the engine's communicator, apart from the tensor data's,
+and every send is non-blocking: the engine polls for what has arrived and never waits here,
 except at ``finish`` and ``close``, whose waits go through the transport's ``Waiter``: a
 peer frozen during shutdown fails them with an error that names it, instead of hanging. A
 rank that finds a peer lost tells every other rank on it too (``tell_lost``), rank 0 or not,
@@ -13,12 +13,12 @@ before it ends the job.
 
 import pickle
 
+import numpy as np
 from mpi4py import MPI
 
 _TAG_REQUEST = 11
 _TAG_RESPONSE = 12
 _TAG_LOST = 13
-_TAG_COUNTS = 14
 
 
 class ControlChannel:
@@ -31,7 +31,6 @@ class ControlChannel:
         self._waiter = waiter  # ``progress.Waiter`` over ``comm``'s ranks
         self._sends: list[MPI.Request] = []
         self._status = MPI.Status()  # reused by every probe
-        self._parents: set[int] = set()  # where this rank's counts went (for ``close``)
 
     def submit(self, entries) -> None:
         """Send ``entries`` (a list of metas, withdrawals, suspects...) to the coordinator."""
@@ -69,24 +68,10 @@ class ControlChannel:
             message = self._comm.improbe(0, _TAG_RESPONSE)
         return received
 
-    def send_counts(self, parent, pairs) -> None:
-        """Send ``pairs`` (cache id, count) to ``parent``, this rank's parent in the tree."""
-        send = self._comm.isend(pairs, parent, _TAG_COUNTS)
-        self._parents.add(parent)
-        self._settle_sends()
-        self._sends.append(send)
-
-    def counts(self):
-        """Return (child, pairs) for every message of counts that has reached this rank."""
-        comm, status = self._comm, self._status
-        message = comm.improbe(MPI.ANY_SOURCE, _TAG_COUNTS, status)
-        if message is None:
-            return ()
-        received = []
-        while message is not None:
-            received.append((status.Get_source(), message.recv()))
-            message = comm.improbe(MPI.ANY_SOURCE, _TAG_COUNTS, status)
-        return received
+    def start_and(self, vector) -> "RoundRequest":
+        """Start the bitwise AND of every rank's ``vector`` (uint64); return its request."""
+        result = np.empty_like(vector)
+        return RoundRequest(self._comm.Iallreduce(vector, result, op=MPI.BAND), result)
 
     def tell_lost(self, notice, ranks) -> list[MPI.Request]:
         """Send ``notice`` (a ``progress.LostNotice``) to each of ``ranks``; return the sends."""
@@ -107,25 +92,20 @@ class ControlChannel:
         if self._sends:
             self._sends = [r for r in self._sends if not r.Test()]
 
-    def finish(self, last, parent, children) -> None:
+    def finish(self, last) -> None:
         """Leave no control message unmatched, so a freed communicator carries nothing stale.
 
         A message left in flight on a freed communicator can corrupt the next communicator
         that MPI builds with the same context id. Each rank sends the coordinator ``last``
-        after all its other messages, and its ``parent`` in the tree likewise after its
-        counts; the coordinator drains submissions until it has every rank's, and each rank
-        drains counts until it has each of its ``children``'s. So nothing may be sent after
-        ``last``, nor by the coordinator after its STOP response: the engine's sides beat no
-        more from then on (``engine.sides``).
+        after all its other messages, and the coordinator drains submissions until it has
+        every rank's. So nothing may be sent after ``last``, nor by the coordinator after its
+        STOP response: the engine's sides beat no more from then on (``engine.sides``). The
+        engine completes its last agreement round before (``Engine._last_round``).
         """
-        if parent is not None:
-            self._sends.append(self._comm.isend(last, parent, _TAG_COUNTS))
-            self._parents.add(parent)
         if self.rank != 0:
             self._sends.append(self._comm.isend(last, 0, _TAG_REQUEST))
         else:
             self._drain(_TAG_REQUEST, range(1, self.size), last, "each rank's last submission")
-        self._drain(_TAG_COUNTS, children, last, "its children's last counts")
 
     def _drain(self, tag, sources, last, what) -> None:
         """Receive ``tag`` messages until every one of ``sources`` has sent ``last``."""
@@ -144,7 +124,7 @@ class ControlChannel:
 
     def close(self) -> None:
         """Wait for this rank's sends (all matched after ``finish``) and free the channel."""
-        peers = set(range(1, self.size) if self.rank == 0 else [0]) | self._parents
+        peers = set(range(1, self.size) if self.rank == 0 else [0])
         what = "the engine's shutdown (this rank's last control messages)"
         self._waiter.wait_all(self._sends, sorted(peers), what)
         self._comm.Free()
@@ -152,3 +132,17 @@ class ControlChannel:
     def abort(self, status: int) -> None:
         """End the whole job with ``status`` (Open MPI ends every process, not this group)."""
         self._comm.Abort(status)
+
+
+class RoundRequest:
+    """An agreement round's AND in flight: ``test()`` returns its result once it is in."""
+
+    __slots__ = ("_request", "_result")
+
+    def __init__(self, request, result):
+        self._request = request
+        self._result = result
+
+    def test(self):
+        """Return the AND of every rank's vector if the round is complete, else None."""
+        return self._result if self._request.Test() else None
