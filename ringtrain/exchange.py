@@ -10,7 +10,10 @@ and reused while the list repeats:
   ``{site}.{entry}{suffix}``, the same on every rank.
 - **Buckets.** The parts are handed over in runs (``buckets``): consecutive parts under the
   ``bucket_bytes`` setting share one submission until they fill that many bytes, and a
-  larger one goes alone, the moment it is in.
+  larger one goes alone, the moment it is in. A bucket of allreduces with one dtype and
+  one set of settings is one request to the engine, a grouped allreduce (``Bucket``):
+  one meta, one handle and one negotiation a step, not one per part; its parts' results
+  are views of its buffer.
 - **The manifest.** With the first bucket goes a small allreduce of one one-hot row per
   entry (its kind). Ranks that disagree on the number of entries fail on its shape, and
   ranks that disagree on an entry's kind see two kinds in its row. ``collect`` checks it
@@ -53,6 +56,7 @@ KIND_NAMES = ("no tensor", "a dense tensor", "a sparse tensor")
 __all__ = [
     "DENSE",
     "Bridge",
+    "Bucket",
     "KIND_NAMES",
     "NO_TENSOR",
     "SPARSE",
@@ -68,6 +72,7 @@ __all__ = [
     "part_name",
     "predivide_factor",
     "reducer",
+    "Reducer",
     "set_site",
     "registered_process_set",
     "unnamed_name",
@@ -120,17 +125,33 @@ class Part:
 
     ``nbytes``: its size, None where it is not known when the hand-over is planned.
     ``reduces``: it is an allreduce, whose settings the manifest can share (so that the
-    engine fuses the two).
+    engine fuses the two). ``dtype``: its NumPy dtype where known when the hand-over is
+    planned: allreduces of one dtype and ``start`` settings share a bucket's request.
     """
 
-    __slots__ = ("entry", "suffix", "start", "nbytes", "reduces")
+    __slots__ = ("entry", "suffix", "start", "nbytes", "reduces", "dtype")
 
-    def __init__(self, entry, suffix, start, nbytes, reduces):
+    def __init__(self, entry, suffix, start, nbytes, reduces, dtype=None):
         self.entry = entry
         self.suffix = suffix
         self.start = start
         self.nbytes = nbytes
         self.reduces = reduces
+        self.dtype = None if dtype is None else np.dtype(dtype)
+
+
+class Bucket:
+    """A bucket's parts submitted as one grouped allreduce: its handle, for ``count`` parts.
+
+    ``describe`` names its entries in an error.
+    """
+
+    __slots__ = ("handle", "count", "describe")
+
+    def __init__(self, handle, count, describe):
+        self.handle = handle
+        self.count = count
+        self.describe = describe
 
 
 def predivide_factor(value, op) -> float:
@@ -162,21 +183,36 @@ def part_name(site, entry, suffix="") -> str:
 
 
 def reducer(op, prescale=1.0, postscale=1.0, read_only=False, process_set=None, compression=None):
-    """Return a ``Part.start`` that allreduces with these settings."""
+    """Return a ``Part.start`` that allreduces with these settings (a ``Reducer``)."""
+    return Reducer(op, prescale, postscale, read_only, process_set, compression)
 
-    def start(name):
-        return functools.partial(
-            api.allreduce_async,
-            name=name,
-            op=op,
-            prescale_factor=prescale,
-            postscale_factor=postscale,
-            read_only=read_only,
-            process_set=process_set,
-            compression=compression,
-        )
 
-    return start
+class Reducer:
+    """A ``Part.start`` that allreduces one array, or a bucket's arrays as one group.
+
+    ``key``: its settings; parts whose reducers have equal keys may share a request.
+    """
+
+    __slots__ = ("key", "_settings")
+
+    def __init__(self, op, prescale, postscale, read_only, process_set, compression):
+        self._settings = {
+            "op": op,
+            "prescale_factor": prescale,
+            "postscale_factor": postscale,
+            "read_only": read_only,
+            "process_set": process_set,
+            "compression": compression,
+        }
+        self.key = (op, prescale, postscale, read_only, process_set, compression)
+
+    def __call__(self, name):
+        """Return the function that allreduces one array under ``name``."""
+        return functools.partial(api.allreduce_async, name=name, **self._settings)
+
+    def group(self, name):
+        """Return the function that allreduces a list of arrays as one group under ``name``."""
+        return functools.partial(api.grouped_allreduce_async, name=name, **self._settings)
 
 
 def gatherer(process_set=None):
@@ -226,19 +262,55 @@ class Handover:
             self._manifest = functools.partial(
                 api.allreduce_async, name=manifest, op=Sum, process_set=process_set
             )
-        self._submitters = [[self._start(self.parts[k]) for k in b] for b in self.buckets]
+        self._groups = [self._group(b) for b in self.buckets]
+        self._submitters = [
+            None if group else [self._start(self.parts[k]) for k in b]
+            for b, group in zip(self.buckets, self._groups, strict=True)
+        ]
         self.describes = [
             f"{site}: ranks hand over different numbers of tensors (this rank: {len(kinds)})",
             *(f"{site}: {self.labels[p.entry]}" for p in self.parts),
         ]
         self.finishes = [self._check_manifest] + [None] * len(self.parts)
 
+    def _group(self, bucket):
+        """Return (submit, describe) of ``bucket`` as one grouped allreduce, or None.
+
+        For two parts or more, every one an allreduce of one known dtype through reducers
+        of equal settings; the name is the first part's, the same on every rank.
+        """
+        parts = [self.parts[j] for j in bucket]
+        first = parts[0] if parts else None
+        key = getattr(first.start, "key", None) if first is not None else None
+        if len(parts) < 2 or key is None or first.dtype is None:
+            return None
+        if not all(
+            p.reduces and getattr(p.start, "key", None) == key and p.dtype == first.dtype
+            for p in parts
+        ):
+            return None
+        name = part_name(self.site, first.entry, first.suffix) + f".bucket{len(parts)}"
+        labels = ", ".join(self.labels[p.entry] for p in parts)
+        return first.start.group(name), f"{self.site}: {labels}"
+
+    def handle_count(self, k) -> int:
+        """Return how many handles ``submit(k, ...)`` returns: a grouped bucket gives one."""
+        return (1 if self._groups[k] else len(self.buckets[k])) + (k == 0)
+
     def submit(self, k, arrays) -> list:
         """Submit bucket ``k``'s parts (``arrays``, in its order); return their handles.
 
-        Bucket 0 also submits the manifest: its handle comes first.
+        A grouped bucket gives one ``Bucket``. Bucket 0 also submits the manifest: its
+        handle comes first.
         """
-        handles = [submit(array) for submit, array in zip(self._submitters[k], arrays, strict=True)]
+        group = self._groups[k]
+        if group is not None:
+            submit, describe = group
+            handles = [Bucket(submit(list(arrays)), len(arrays), describe)]
+        else:
+            handles = [
+                submit(array) for submit, array in zip(self._submitters[k], arrays, strict=True)
+            ]
         if k == 0:
             handles.insert(0, self._manifest(self.codes))
         return handles
@@ -269,8 +341,8 @@ class Handover:
         """Return the parts' results, in the parts' order, from ``handles``, the manifest's first.
 
         ``handles`` are the buckets' handles in bucket order (runs of consecutive parts, so
-        the parts' order too). The manifest is checked before anything else is waited for;
-        ``translate`` is ``collect``'s.
+        the parts' order too; a ``Bucket`` stands for its parts). The manifest is checked
+        before anything else is waited for; ``translate`` is ``collect``'s.
         """
         return collect(handles, self.describes, self.finishes, self.process_set, translate)[1:]
 
@@ -317,23 +389,32 @@ def buckets(sizes, cap):
 
 
 def collect(handles, describes, finishes, process_set=None, translate=None) -> list:
-    """Return every handle's result, in order, ``finishes[i]`` (or nothing, None) applied.
+    """Return every result, in order, ``finishes[i]`` (or nothing, None) applied.
 
-    A check in ``finishes[0]`` can thus fail the call before it waits for the others. An
-    engine error is raised with ``describes[i]`` in front, through ``translate(err,
-    describe)`` where given (a binding's own error classes). When one fails, the handles not
-    reached are withdrawn from the engine of ``process_set``; after a mismatch, which fails
-    on every rank at the same handle, the ranks also wait for each other's withdrawals.
+    ``describes`` and ``finishes`` go by result: a ``Bucket`` among ``handles`` gives its
+    ``count`` results, described by its own ``describe``, with no finish. A check in
+    ``finishes[0]`` can thus fail the call before it waits for the others. An engine error
+    is raised with what failed in front, through ``translate(err, describe)`` where given (a
+    binding's own error classes). When one fails, the handles not reached are withdrawn
+    from the engine of ``process_set``; after a mismatch, which fails on every rank at the
+    same handle, the ranks also wait for each other's withdrawals.
     """
     results = []
+    reached = 0
     try:
-        for handle, describe, finish in zip(handles, describes, finishes, strict=True):
-            results.append(_result(handle, describe, finish, translate))
+        for handle in handles:
+            if isinstance(handle, Bucket):
+                results += _result(handle.handle, handle.describe, None, translate)
+            else:
+                i = len(results)
+                results.append(_result(handle, describes[i], finishes[i], translate))
+            reached += 1
     except BaseException as err:
+        rest = [h.handle if isinstance(h, Bucket) else h for h in handles[reached:]]
         agree_as = None
-        if isinstance(err, MismatchError) and len(results) < len(handles):
-            agree_as = f"{handles[len(results)].name}.withdrawn"
-        withdraw(handles[len(results) :], process_set, agree_as)
+        if isinstance(err, MismatchError) and rest:
+            agree_as = f"{rest[0].name}.withdrawn"
+        withdraw(rest, process_set, agree_as)
         raise
     return results
 

@@ -57,6 +57,33 @@ def test_a_handover_names_its_parts_and_sends_the_manifest_with_the_first_bucket
     assert plan.codes.tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
 
 
+@pytest.mark.parametrize(
+    ("dtypes", "settings", "grouped"),
+    [
+        (["float32"] * 3, [1.0] * 3, True),
+        (["float32", "float64", "float32"], [1.0] * 3, False),  # one request, one dtype
+        (["float32", None, "float32"], [1.0] * 3, False),  # a dtype the plan does not know
+        (["float32"] * 3, [1.0, 0.5, 1.0], False),  # other scale factors
+    ],
+)
+def test_a_bucket_of_allreduces_alike_is_one_grouped_request(dtypes, settings, grouped):
+    parts = [
+        exchange.Part(i, "", exchange.reducer(exchange.Average, prescale=f), 8, True, dtype)
+        for i, (dtype, f) in enumerate(zip(dtypes, settings, strict=True))
+    ]
+    plan = exchange.Handover("site", [exchange.DENSE] * 3, list("abc"), parts, 1024)
+    assert plan.buckets == [[0, 1, 2]]
+    assert plan.handle_count(0) == (2 if grouped else 4)  # the manifest's handle, and theirs
+
+
+def test_a_grouped_bucket_is_named_for_its_first_part_and_described_by_its_entries():
+    start = exchange.reducer(exchange.Sum)
+    parts = [exchange.Part(i, "", start, 8, True, "float32") for i in (2, 1)]
+    plan = exchange.Handover("site", [exchange.DENSE] * 3, list("abc"), parts, 1024)
+    assert plan._groups[0][1] == "site: c, b"
+    assert plan._groups[0][0].keywords["name"] == "site.2.bucket2"
+
+
 def test_the_portable_optimizer_refuses_or_warns_about_what_it_does_not_do():
     pytest.importorskip("torch")
     script = """

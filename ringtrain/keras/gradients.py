@@ -93,7 +93,7 @@ class GradientExchange:
 
     def _plan(self, arrays, labels, site):
         parts = [
-            Part(i, "", self.start, arrays[i].nbytes, True)
+            Part(i, "", self.start, arrays[i].nbytes, True, arrays[i].dtype)
             for i in reversed(range(len(arrays)))  # the last layers' first, as backprop
             if arrays[i] is not None
         ]

@@ -229,7 +229,14 @@ def _run(plans, labels, site, process_set):
         [NO_TENSOR if plan is None else plan.kind for plan in plans],
         labels,
         [
-            Part(i, part.suffix, part.start, _static_bytes(part.tensor), part.reduces)
+            Part(
+                i,
+                part.suffix,
+                part.start,
+                _static_bytes(part.tensor),
+                part.reduces,
+                part.tensor.dtype.as_numpy_dtype if part.tensor.dtype.is_numpy_compatible else None,
+            )
             for i, part in present
         ],
         bucket_bytes(),
@@ -239,7 +246,7 @@ def _run(plans, labels, site, process_set):
     tokens = []
     for k, bucket in enumerate(handover.buckets):
         tensors = [present[j][1].tensor for j in bucket]
-        count = len(bucket) + (k == 0)  # the manifest goes with the first
+        count = handover.handle_count(k)  # the manifest goes with the first
         tokens += bridge.enqueue(
             functools.partial(_submit, handover, k), tensors, site, count=count, ordered=False
         )

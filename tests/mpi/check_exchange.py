@@ -2,9 +2,10 @@
 
 Each rank hands over its own arrays of lengths 0, 1 and uneven, with an entry that holds
 no tensor, in buckets small enough that there are several, for several steps: every result
-must equal NumPy's mean over the ranks. Then ranks that disagree on an entry's kind, and
-ranks that hand over different numbers of entries, must each fail at once with an error
-that names what differs, and the next step must still run.
+must equal NumPy's mean over the ranks, with the buckets' parts handed over one by one and
+as one grouped request per bucket (parts whose dtype the plan knows). Then ranks that
+disagree on an entry's kind, and ranks that hand over different numbers of entries, must
+each fail at once with an error that names what differs, and the next step must still run.
 """
 
 import numpy as np
@@ -17,10 +18,13 @@ from ringtrain.errors import MismatchError
 SHAPES = [(0,), (1,), (7,), (3, 5), (1000,), (2, 0)]
 
 
-def handover(kinds, cap=64):
-    """Return the hand-over of ``kinds``' dense entries, last first, averaged."""
+def handover(kinds, cap=64, dtype=None):
+    """Return the hand-over of ``kinds``' dense entries, last first, averaged.
+
+    With ``dtype`` (their dtype, known to the plan) each bucket of several is one request.
+    """
     parts = [
-        exchange.Part(i, "", exchange.reducer(ringtrain.Average), 4 * _count(i), True)
+        exchange.Part(i, "", exchange.reducer(ringtrain.Average), 4 * _count(i), True, dtype)
         for i in reversed(range(len(kinds)))
         if kinds[i] == exchange.DENSE
     ]
@@ -50,15 +54,19 @@ def body():
     ringtrain.init()
     rank, size = ringtrain.rank(), ringtrain.size()
     kinds = [exchange.DENSE] * len(SHAPES) + [exchange.NO_TENSOR, exchange.DENSE]
-    plan = handover(kinds)
-    assert len(plan.buckets) > 2, plan.buckets
+    alone, grouped = handover(kinds), handover(kinds, dtype=np.float32)
+    assert len(alone.buckets) > 2, alone.buckets
+    counts = [grouped.handle_count(k) - (k == 0) for k in range(len(grouped.buckets))]
+    assert 1 in counts and counts != [len(b) for b in grouped.buckets], counts
     for step in range(3):
-        results = run_step(plan, arrays_of(rank, kinds, step))
-        for part, result in zip(plan.parts, results, strict=True):
-            every = [arrays_of(q, kinds, step)[part.entry] for q in range(size)]
-            want = np.mean(np.stack(every).astype(np.float64), axis=0)
-            assert result.shape == want.shape, (part.entry, result.shape)
-            assert np.allclose(result, want, rtol=1e-6, atol=1e-6), (rank, part.entry)
+        for plan in (alone, grouped):
+            results = run_step(plan, arrays_of(rank, kinds, step))
+            for part, result in zip(plan.parts, results, strict=True):
+                every = [arrays_of(q, kinds, step)[part.entry] for q in range(size)]
+                want = np.mean(np.stack(every).astype(np.float64), axis=0)
+                assert result.shape == want.shape, (part.entry, result.shape)
+                assert np.allclose(result, want, rtol=1e-6, atol=1e-6), (rank, part.entry)
+    plan = grouped
 
     if size > 1:
         # Rank 1 has no tensor at entry 2 where the others have one.
@@ -66,7 +74,7 @@ def body():
         if rank == 1:
             odd[2] = exchange.NO_TENSOR
         try:
-            run_step(handover(odd), arrays_of(rank, odd, 9))
+            run_step(handover(odd, dtype=np.float32), arrays_of(rank, odd, 9))
         except MismatchError as err:
             assert "step: entry 2: ranks disagree on its gradient" in str(err), err
             assert "no tensor, a dense tensor" in str(err), err

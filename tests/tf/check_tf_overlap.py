@@ -32,9 +32,13 @@ def read_timeline(path):
 
 
 def steps_of(tracks, phase, count):
-    """Return, per step, the times of ``phase`` for every gradient of the optimizer."""
+    """Return, per step, the times of ``phase`` for every request of the optimizer's gradients.
+
+    A request is one gradient, or a bucket of ``n`` small ones (named ``....bucket{n}``).
+    """
     grads = [n for n in tracks if n.startswith("DistributedOptimizer.") and "manifest" not in n]
-    assert len(grads) == 2 * LAYERS, f"expected {2 * LAYERS} gradient tracks, got {sorted(grads)}"
+    covered = sum(int(n.rpartition(".bucket")[2]) if ".bucket" in n else 1 for n in grads)
+    assert covered == 2 * LAYERS, f"expected {2 * LAYERS} gradients, got {sorted(grads)}"
     for name in grads:
         assert len(tracks[name].get(phase, [])) == count, (name, phase, tracks[name])
     return [[tracks[name][phase][k] for name in grads] for k in range(count)]
