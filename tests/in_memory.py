@@ -192,6 +192,7 @@ class MemoryTransport:
         self.size = topology.size
         self.chunk_bytes = settings.ring_chunk_bytes
         self.waiter = Waiter(settings.collective_timeout, topology)
+        self.cache_capacity = settings.cache_capacity
 
     def _send(self, dest, array) -> None:
         self._fabric.post(_DATA, self.rank, dest, np.array(array, copy=True))

@@ -62,9 +62,10 @@ class Engine:
 
     A blocking call's caller runs them itself while it waits, when it can (``wait``). The
     engine takes its collaborators: ``transport`` (``router.Transport``, or any object with
-    its collectives, ``waiter`` and ``free``), ``channel`` (``control.ControlChannel``'s
-    calls), the scratch ``pool`` that the transport shares, and the ``clock`` of its
-    negotiation and heartbeats. ``Engine.over`` builds them on a communicator.
+    its collectives, ``waiter``, ``cache_capacity`` and ``free``), ``channel``
+    (``control.ControlChannel``'s calls), the scratch ``pool`` that the transport shares,
+    and the ``clock`` of its negotiation and heartbeats. ``Engine.over`` builds them on a
+    communicator.
     """
 
     def __init__(self, settings, topology, transport, channel, pool, clock=time.monotonic):
@@ -78,7 +79,9 @@ class Engine:
         liveness = Liveness(transport.waiter.timeout, self.size, clock)
         self._liveness = liveness
         self._clock = clock
-        rounds = Rounds(slot_count(settings.cache_capacity), channel.start_and, self.rank == 0)
+        # The cache's capacity that the transport agreed on (rank 0's) sizes every rank's rounds.
+        slots = slot_count(transport.cache_capacity)
+        rounds = Rounds(slots, channel.start_and, self.rank == 0)
         self._rounds = rounds
         self._tuned = settings.autotune  # the transport then has ``retune``
         self.tuner = None  # rank 0's autotune run (``engine.tuning``), kept once it ends

@@ -83,6 +83,7 @@ class Transport:
                 switchable,
                 settings.collective_timeout,
                 settings.cuda_aware_mpi,
+                settings.cache_capacity,
             ),
             root=0,
         )
@@ -96,7 +97,10 @@ class Transport:
             switchable,
             timeout,
             cuda_aware,
+            cache_capacity,
         ) = agreed
+        # Rank 0's, as the timeout: every rank's agreement rounds carry as many slots.
+        self.cache_capacity = cache_capacity
         self.hierarchical_switchable = switchable
         self.chunk_bytes = chunk
         self.waiter = Waiter(timeout, topology)
