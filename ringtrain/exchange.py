@@ -280,13 +280,17 @@ class Handover:
         of equal settings; the name is the first part's, the same on every rank.
         """
         parts = [self.parts[j] for j in bucket]
-        first = parts[0] if parts else None
-        key = getattr(first.start, "key", None) if first is not None else None
-        if len(parts) < 2 or key is None or first.dtype is None:
+        if len(parts) < 2:
             return None
-        if not all(
-            p.reduces and getattr(p.start, "key", None) == key and p.dtype == first.dtype
-            for p in parts
+        first = parts[0]
+        key = getattr(first.start, "key", None)
+        if (
+            key is None
+            or first.dtype is None
+            or not all(
+                p.reduces and getattr(p.start, "key", None) == key and p.dtype == first.dtype
+                for p in parts
+            )
         ):
             return None
         name = part_name(self.site, first.entry, first.suffix) + f".bucket{len(parts)}"

@@ -1,6 +1,7 @@
 """The benchmarks across hosts: options and refusals (the cluster run is in test_multihost)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,34 +16,39 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize(
-    ("text", "bits"),
-    [("1gbit", 10**9), ("10gbit", 10**10), ("200mbit", 2 * 10**8), ("1.5Mbit", 1_500_000)],
+    ("parse", "text", "value"),
+    [
+        (netns.parse_rate, "1gbit", 10**9),
+        (netns.parse_rate, "10gbit", 10**10),
+        (netns.parse_rate, "200mbit", 2 * 10**8),
+        (netns.parse_rate, "1.5Mbit", 1_500_000),
+        (netns.parse_burst, "256kb", 256 << 10),
+        (netns.parse_burst, "2MB", 2 << 20),
+        (netns.parse_burst, "9b", 9),
+    ],
 )
-def test_a_link_rate_is_read_as_tc_writes_it(text, bits):
-    assert netns.parse_rate(text) == bits
+def test_a_link_rate_or_burst_is_read_as_tc_writes_it(parse, text, value):
+    assert parse(text) == value
 
 
-@pytest.mark.parametrize("text", ["1gbps", "fast", "0mbit", "-1gbit", ""])
-def test_a_bad_link_rate_is_refused_by_name(text):
-    with pytest.raises(ValueError, match=f"link rate {text!r}: expected a positive number"):
-        netns.parse_rate(text)
+@pytest.mark.parametrize(
+    ("parse", "text", "refusal"),
+    [
+        *((netns.parse_rate, t, "link rate {!r}: expected a positive number")
+          for t in ["1gbps", "fast", "0mbit", "-1gbit", ""]),
+        *((netns.parse_burst, t, "burst {!r}: expected a positive whole number")
+          for t in ["256", "0kb", "1.5mb", "256kbit", ""]),
+    ],
+)  # fmt: skip
+def test_a_bad_link_rate_or_burst_is_refused_by_name(parse, text, refusal):
+    with pytest.raises(ValueError, match=re.escape(refusal.format(text))):
+        parse(text)
 
 
 def test_a_delay_takes_a_unit_of_time():
     assert netns.check_delay("500us") == "500us"
     with pytest.raises(ValueError, match="link delay '2': expected a number and us, ms or s"):
         netns.check_delay("2")
-
-
-@pytest.mark.parametrize(("text", "size"), [("256kb", 256 << 10), ("2MB", 2 << 20), ("9b", 9)])
-def test_a_burst_is_read_as_tc_writes_it(text, size):
-    assert netns.parse_burst(text) == size
-
-
-@pytest.mark.parametrize("text", ["256", "0kb", "1.5mb", "256kbit", ""])
-def test_a_bad_burst_is_refused_by_name(text):
-    with pytest.raises(ValueError, match=f"burst {text!r}: expected a positive whole number"):
-        netns.parse_burst(text)
 
 
 def _cluster(*options, prefix=()):

@@ -355,12 +355,8 @@ class Engine:
             if self._stopped:
                 break
             needed = self._batches[-1][0] if self._batches else 0
-            if not rounds.wants_round(needed):
-                if not self._retry_due():
-                    break
-                rounds.retry()
-                if not rounds.wants_round(needed):
-                    break
+            if not (rounds.wants_round(needed) or self._retry_due()):
+                break
             rounds.start(self._side.batches, self._last_ran[1])
             progressed = True
             if not rounds.poll():
@@ -368,7 +364,10 @@ class Engine:
         return progressed
 
     def _retry_due(self) -> bool:
-        """Return True where this rank's ready tensors should try another round (backoff)."""
+        """Return True where this rank's ready tensors, unchanged, should try another round.
+
+        The wait between such tries doubles from ``RETRY_FIRST`` to ``RETRY_MOST``.
+        """
         rounds = self._rounds
         if rounds.in_flight() or rounds.result is not None or not rounds.has_ready():
             return False

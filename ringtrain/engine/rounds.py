@@ -113,10 +113,6 @@ class Rounds:
             return False
         return needed > self.started or (bool(self._ready) and self._changed)
 
-    def retry(self) -> None:
-        """Let the ready slots start another round, though they did not change (backoff)."""
-        self._changed = True
-
     def start(self, batches_sent: int = 0, fingerprint: int = 0) -> None:
         """Start the next round with this rank's ready slots.
 
